@@ -1,0 +1,46 @@
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// eventBody is the delivery body. Its field order is the documented one;
+// new fields may only be added inside data.
+type eventBody struct {
+	EventType string    `json:"event_type"`
+	Timestamp string    `json:"timestamp"`
+	Data      eventData `json:"data"`
+}
+
+type eventData struct {
+	MessageID string `json:"message_id"`
+	ToEmail   string `json:"to_email"`
+	Subject   string `json:"subject"`
+}
+
+// BuildBody returns the JSON body of a delivery, with the timestamp in
+// RFC 3339 UTC ("2026-11-21T10:00:00Z"). The bytes are built once per
+// delivery and stored, so every retry sends and signs the same bytes.
+func BuildBody(eventType string, ts time.Time, messageID, toEmail, subject string) ([]byte, error) {
+	if eventType == "" {
+		return nil, errors.New("event type is required")
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	// Subjects often contain <, > or &; keeping them literal makes the body
+	// easier to read in receivers' logs and is still valid JSON.
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(eventBody{
+		EventType: eventType,
+		Timestamp: ts.UTC().Format(time.RFC3339),
+		Data:      eventData{MessageID: messageID, ToEmail: toEmail, Subject: subject},
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Encode ends the value with a newline that is not part of the body.
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}

@@ -1,0 +1,100 @@
+package webhook
+
+import (
+	"context"
+	"crypto/x509"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-github/v74/github"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+)
+
+// TestHTTPSReceiverVerifiesSignatures delivers over verified TLS to a
+// receiver that checks both signatures with independent implementations:
+// go-github for X-Service-Signature (same format as X-Hub-Signature-256)
+// and the Standard Webhooks library for the webhook-* headers.
+func TestHTTPSReceiverVerifiesSignatures(t *testing.T) {
+	verifier, err := standardwebhooks.NewWebhook(testSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var failures []string
+	var ids []string
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fail := func(msg string) {
+			mu.Lock()
+			failures = append(failures, msg)
+			mu.Unlock()
+			w.WriteHeader(http.StatusUnauthorized)
+		}
+		payload, err := github.ValidatePayloadFromBody(r.Header.Get("Content-Type"), r.Body, r.Header.Get("X-Service-Signature"), []byte(testSecret))
+		if err != nil {
+			fail("go-github: " + err.Error())
+			return
+		}
+		if err := verifier.Verify(payload, r.Header); err != nil {
+			fail("standard webhooks: " + err.Error())
+			return
+		}
+		mu.Lock()
+		ids = append(ids, r.Header.Get("webhook-id"))
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	client := NewClient(Policy{AllowPrivateNetworks: true}, WithRootCAs(pool))
+
+	// Two attempts of the same delivery: each is signed on its own and
+	// both carry the same delivery id.
+	d := testDelivery(srv.URL + "/hooks/mailyard")
+	for attempt := range 2 {
+		out := Send(context.Background(), client, d)
+		if out.Verdict != Success || out.StatusCode != 200 {
+			t.Fatalf("attempt %d: %+v, receiver said %v", attempt, out, failures)
+		}
+	}
+	if len(failures) > 0 {
+		t.Fatalf("signature checks failed: %v", failures)
+	}
+	if len(ids) != 2 || ids[0] != d.ID || ids[1] != d.ID {
+		t.Fatalf("webhook-id per attempt %v, want %s twice", ids, d.ID)
+	}
+
+	// A tampered body must fail both checks, proving they check something.
+	tampered := d
+	tampered.Body = []byte(strings.Replace(string(d.Body), "Ada", "Eve", 1))
+	mac := SignSeed(testSecret, d.Body)
+	if _, err := github.ValidatePayloadFromBody("application/json", strings.NewReader(string(tampered.Body)), mac, []byte(testSecret)); err == nil {
+		t.Error("go-github accepted a tampered body")
+	}
+}
+
+// TestHTTPSUntrustedCertificate: TLS is verified, so a receiver whose
+// certificate does not chain to a trusted root is never sent the event.
+func TestHTTPSUntrustedCertificate(t *testing.T) {
+	rcv := &receiver{}
+	rcv.Server = httptest.NewUnstartedServer(rcv.wrap(nil))
+	rcv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	rcv.StartTLS()
+	t.Cleanup(rcv.Close)
+
+	out := Send(context.Background(), NewClient(Policy{AllowPrivateNetworks: true}), testDelivery(rcv.URL))
+	if out.Verdict != Retryable || out.StatusCode != 0 || !strings.Contains(out.Error, "certificate") {
+		t.Fatalf("outcome %+v", out)
+	}
+	if n := rcv.requests.Load(); n != 0 {
+		t.Fatalf("receiver saw %d requests over an unverified connection", n)
+	}
+}
