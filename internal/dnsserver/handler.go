@@ -1,0 +1,125 @@
+package dnsserver
+
+import (
+	"context"
+	"net"
+	"strings"
+
+	"github.com/miekg/dns"
+)
+
+// ednsUDPSize is the UDP payload size we advertise and honour at most: the
+// DNS Flag Day 2020 value, which avoids IP fragmentation.
+const ednsUDPSize = 1232
+
+// handler answers the queries of one Serve call; ctx ends with it.
+type handler struct {
+	server *Server
+	ctx    context.Context
+}
+
+func (h *handler) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+	resp := h.server.answer(h.ctx, req)
+	limitSize(resp, req, w)
+	if err := w.WriteMsg(resp); err != nil {
+		h.server.logger.Debug("DNS answer not sent", "remote", w.RemoteAddr().String(), "error", err)
+	}
+}
+
+// answer builds the response to req.
+func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
+	resp := new(dns.Msg)
+	switch {
+	case req.Opcode != dns.OpcodeQuery:
+		// NOTIFY, UPDATE and the rest: this server only answers queries.
+		return resp.SetRcode(req, dns.RcodeNotImplemented)
+	case len(req.Question) != 1 || req.Response:
+		return resp.SetRcode(req, dns.RcodeFormatError)
+	}
+	resp.SetReply(req)
+	if opt := req.IsEdns0(); opt != nil {
+		resp.SetEdns0(ednsUDPSize, false)
+		if opt.Version() != 0 {
+			// RFC 6891 §6.1.3: only EDNS version 0 exists.
+			resp.Rcode = dns.RcodeBadVers
+			return resp
+		}
+	}
+
+	q := req.Question[0]
+	name := dns.CanonicalName(q.Name)
+	switch {
+	case q.Qclass != dns.ClassINET && q.Qclass != dns.ClassANY,
+		!dns.IsSubDomain(s.zone, name):
+		// Not our zone: no referral, no recursion (RFC 2136 servers
+		// answer REFUSED likewise).
+		resp.Rcode = dns.RcodeRefused
+		return resp
+	case q.Qtype == dns.TypeAXFR || q.Qtype == dns.TypeIXFR:
+		// Zone transfers would list every customer's selector.
+		resp.Rcode = dns.RcodeRefused
+		return resp
+	case q.Qtype == dns.TypeOPT || q.Qtype == dns.TypeTSIG:
+		// Meta types cannot be asked for (RFC 6895 §3.1).
+		resp.Rcode = dns.RcodeFormatError
+		return resp
+	}
+	resp.Authoritative = true
+
+	apex := name == s.zone
+	var txt []string
+	if !apex || q.Qtype == dns.TypeTXT || q.Qtype == dns.TypeANY {
+		lookupCtx, cancel := context.WithTimeout(ctx, lookupTimeout)
+		defer cancel()
+		values, err := s.src.LookupTXT(lookupCtx, strings.TrimSuffix(name, "."))
+		if err != nil {
+			// The name, never the values: they are keys of customers.
+			s.logger.Error("DNS look-up failed", "name", strings.TrimSuffix(name, "."), "type", dns.TypeToString[q.Qtype], "error", err)
+			resp.Authoritative = false
+			resp.Rcode = dns.RcodeServerFailure
+			return resp
+		}
+		txt = values
+	}
+
+	if apex {
+		switch q.Qtype {
+		case dns.TypeSOA:
+			resp.Answer = append(resp.Answer, s.soa())
+		case dns.TypeNS:
+			resp.Answer = append(resp.Answer, s.ns())
+		case dns.TypeANY:
+			resp.Answer = append(resp.Answer, s.soa(), s.ns())
+		}
+	} else if len(txt) == 0 {
+		resp.Rcode = dns.RcodeNameError
+		resp.Ns = append(resp.Ns, s.negativeSOA())
+		return resp
+	}
+	if q.Qtype == dns.TypeTXT || q.Qtype == dns.TypeANY {
+		for _, value := range txt {
+			resp.Answer = append(resp.Answer, txtRecord(name, value))
+		}
+	}
+	if len(resp.Answer) == 0 {
+		// NODATA: the name exists, not with this type (RFC 2308 §2.2).
+		resp.Ns = append(resp.Ns, s.negativeSOA())
+	}
+	return resp
+}
+
+// limitSize truncates a UDP answer to what the client can receive (512
+// bytes, or its EDNS buffer size up to ours), setting TC so that it asks
+// again over TCP. A 4096-bit DKIM key does not fit 512 bytes.
+func limitSize(resp, req *dns.Msg, w dns.ResponseWriter) {
+	resp.Compress = true
+	if _, isUDP := w.RemoteAddr().(*net.UDPAddr); !isUDP {
+		resp.Truncate(dns.MaxMsgSize)
+		return
+	}
+	size := dns.MinMsgSize
+	if opt := req.IsEdns0(); opt != nil {
+		size = max(dns.MinMsgSize, min(int(opt.UDPSize()), ednsUDPSize))
+	}
+	resp.Truncate(size)
+}
