@@ -7,9 +7,11 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-github/v74/github"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -78,6 +80,21 @@ func TestHTTPSReceiverVerifiesSignatures(t *testing.T) {
 	mac := SignSeed(testSecret, d.Body)
 	if _, err := github.ValidatePayloadFromBody("application/json", strings.NewReader(string(tampered.Body)), mac, []byte(testSecret)); err == nil {
 		t.Error("go-github accepted a tampered body")
+	}
+	now := time.Now()
+	sig, err := SignStandard(testSecret, d.ID, now, d.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	headers := http.Header{}
+	headers.Set("webhook-id", d.ID)
+	headers.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
+	headers.Set("webhook-signature", sig)
+	if err := verifier.Verify(d.Body, headers); err != nil {
+		t.Errorf("standard webhooks rejected the original body: %v", err)
+	}
+	if err := verifier.Verify(tampered.Body, headers); err == nil {
+		t.Error("standard webhooks accepted a tampered body")
 	}
 }
 

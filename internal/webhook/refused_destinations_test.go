@@ -3,6 +3,8 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,7 +129,7 @@ var refusedDestinations = []refusedDestination{
 }
 
 func init() {
-	for name := range refusedDestinationRecords {
+	for _, name := range slices.Sorted(maps.Keys(refusedDestinationRecords)) {
 		refusedDestinations = append(refusedDestinations, refusedDestination{host: name})
 	}
 }
@@ -234,5 +236,39 @@ func TestHTTPRefusedUnlessAllowed(t *testing.T) {
 	}
 	if n := rcv.requests.Load(); n != 0 {
 		t.Fatalf("receiver saw %d requests", n)
+	}
+}
+
+// legacyLoopbackSpellings are hosts that inet_aton-style resolvers
+// (glibc's getaddrinfo among them) read as 127.0.0.1. Go's own resolver
+// never queries all-digit names such as 127.1 or 2130706433 (they fail as
+// no such host, see TestRefusedDestinations), so only the hexadecimal
+// spellings can be answered by the test DNS server.
+var legacyLoopbackSpellings = []string{"0x7f.0.0.1", "0x7f000001", "0x7f.1"}
+
+// TestLegacySpellingsReadAsAddresses covers the system resolver that turns
+// legacy spellings into 127.0.0.1: simulated by a DNS server answering
+// them so, the address guard must still refuse the connection.
+func TestLegacySpellingsReadAsAddresses(t *testing.T) {
+	records := map[string][]string{}
+	for _, h := range legacyLoopbackSpellings {
+		records[h] = []string{"127.0.0.1"}
+	}
+	resolver := startTestDNS(t, records)
+	can := startCanary(t)
+	hook := &loopbackOnly{}
+	client := NewClient(Policy{AllowHTTP: true}, WithResolver(resolver), withAfterGuard(hook.control))
+	for _, h := range legacyLoopbackSpellings {
+		out := Send(context.Background(), client, testDelivery(fmt.Sprintf("http://%s:%d/", h, can.port)))
+		if out.StatusCode != 0 || !strings.Contains(out.Error, ErrBlockedAddress.Error()+": 127.0.0.1") {
+			t.Errorf("%s: %+v", h, out)
+		}
+	}
+	if passed := hook.take(); len(passed) > 0 {
+		t.Errorf("the address guard let %v through", passed)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := can.conns.Load(); n != 0 {
+		t.Fatalf("canary saw %d connections", n)
 	}
 }
