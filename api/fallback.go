@@ -1,0 +1,51 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// withEnvelopedFallbacks answers unknown routes (404) and wrong methods (405) with
+// the error envelope. ServeMux decides both; we ask it which case applies and write
+// our own body, keeping its Allow header.
+func withEnvelopedFallbacks(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		probe := &statusProbe{header: http.Header{}}
+		h.ServeHTTP(probe, r)
+		switch probe.status {
+		case http.StatusMethodNotAllowed:
+			w.Header().Set("Allow", probe.header.Get("Allow"))
+			writeError(w, NewAPIError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path))
+		case http.StatusNotFound:
+			writeError(w, notFoundError("route "+r.Method+" "+r.URL.Path))
+		default:
+			// A redirect ServeMux makes for a cleaned path: let it answer.
+			mux.ServeHTTP(w, r)
+		}
+	})
+}
+
+// statusProbe records what a fallback handler would answer without sending it.
+type statusProbe struct {
+	header http.Header
+	status int
+}
+
+func (p *statusProbe) Header() http.Header         { return p.header }
+func (p *statusProbe) Write(b []byte) (int, error) { return len(b), nil }
+func (p *statusProbe) WriteHeader(status int)      { p.status = status }
+
+// writeError writes the envelope outside Huma (middleware, fallbacks).
+func writeError(w http.ResponseWriter, e *ErrorResponse) {
+	for k, v := range e.headers {
+		w.Header()[k] = v
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.status)
+	_ = json.NewEncoder(w).Encode(e)
+}

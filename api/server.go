@@ -1,0 +1,99 @@
+// Package api is Mailyard's HTTP API: Huma operations (one file per resource), the
+// success and error envelopes, authentication, and the internal listener.
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"go.temporal.io/sdk/client"
+
+	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/store"
+)
+
+// maxBodyBytes is the request body limit of PRODUCT.md §2 (64 KiB). Huma answers
+// 413 when it reads this many bytes, so the limit it gets is one more.
+const maxBodyBytes = 64 << 10
+
+// Deps are what the API needs; the caller owns their lifecycle.
+type Deps struct {
+	Config   *config.Config
+	Store    *store.Store
+	Temporal client.Client
+	Logger   *slog.Logger
+}
+
+// Server holds the public and internal handlers.
+type Server struct {
+	cfg      *config.Config
+	store    *store.Store
+	temporal client.Client
+	logger   *slog.Logger
+	usage    *usageRecorder
+
+	api     huma.API
+	handler http.Handler
+}
+
+// New builds the API and registers every operation.
+func New(d Deps) *Server {
+	installErrorModel(d.Logger)
+	s := &Server{cfg: d.Config, store: d.Store, temporal: d.Temporal, logger: d.Logger, usage: newUsageRecorder(d.Store, d.Logger)}
+
+	mux := http.NewServeMux()
+	s.api = humago.New(mux, apiConfig())
+	s.api.UseMiddleware(s.authenticate)
+	s.registerHealth()
+	s.registerDomains()
+
+	s.handler = withRequestID(d.Logger, withEnvelopedFallbacks(mux))
+	return s
+}
+
+// Handler is the public listener's handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// OpenAPI returns the generated document (tests walk it).
+func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
+
+// Run does the API's background work (recording key use) until ctx ends.
+func (s *Server) Run(ctx context.Context) { s.usage.Run(ctx) }
+
+func apiConfig() huma.Config {
+	cfg := huma.DefaultConfig("Mailyard", "1.0.0")
+	cfg.Info.Description = "Management API for sending domains, API credentials and webhooks."
+	// No $schema links in bodies: the envelope is the whole contract.
+	cfg.CreateHooks = nil
+	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		bearerScheme: {Type: "http", Scheme: "bearer", Description: "An API key: `Authorization: Bearer myk_...`."},
+	}
+	return cfg
+}
+
+// register adds an operation with the conventions every operation shares: the body
+// limit, the bearer scheme and the permission it needs, and the error responses.
+func register[I, O any](s *Server, op huma.Operation, handler func(context.Context, *I) (*O, error)) {
+	op.MaxBodyBytes = maxBodyBytes + 1
+	if op.Metadata == nil {
+		op.Metadata = map[string]any{}
+	}
+	if _, public := op.Metadata["public"]; !public {
+		op.Security = []map[string][]string{{bearerScheme: {}}}
+		if _, ok := op.Metadata[permissionMetadata]; !ok {
+			op.Metadata[permissionMetadata] = PermissionAdmin
+		}
+		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden)
+	}
+	op.Errors = append(op.Errors, http.StatusInternalServerError, http.StatusServiceUnavailable)
+	huma.Register(s.api, op, func(ctx context.Context, in *I) (*O, error) {
+		out, err := handler(ctx, in)
+		if err != nil {
+			return nil, convertError(ctx, err)
+		}
+		return out, nil
+	})
+}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/temporaldev"
+)
+
+const dataDir = ".data"
+
+// devDefaults are the embedded defaults of PRODUCT.md §8; a variable set in the
+// environment still wins.
+var devDefaults = map[string]string{
+	"MAILYARD_DATABASE_URL":                   "sqlite://" + filepath.Join(dataDir, "mailyard.db"),
+	"TEMPORAL_ADDRESS":                        "127.0.0.1:7233",
+	"MAILYARD_HTTP_ADDR":                      "127.0.0.1:8080",
+	"MAILYARD_INTERNAL_ADDR":                  "127.0.0.1:8081",
+	"MAILYARD_DNS_ADDR":                       "127.0.0.1:8053",
+	"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",
+	"MAILYARD_WEBHOOK_ALLOW_HTTP":             "true",
+}
+
+// cmdDev runs the whole product in one process on SQLite, with the real Temporal
+// dev server as a child process persisted under .data/.
+func cmdDev(ctx context.Context, logger *slog.Logger) error {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return err
+	}
+	encKey, err := readOrCreate(filepath.Join(dataDir, "encryption-key"), func() (string, error) {
+		b := make([]byte, 32)
+		_, err := rand.Read(b)
+		return base64.StdEncoding.EncodeToString(b), err
+	})
+	if err != nil {
+		return err
+	}
+	internalToken, err := readOrCreate(filepath.Join(dataDir, "internal-token"), func() (string, error) {
+		return keys.RandomString(40, keys.LowerAlnum)
+	})
+	if err != nil {
+		return err
+	}
+	generated := map[string]string{"MAILYARD_ENCRYPTION_KEY": encKey, "MAILYARD_INTERNAL_TOKEN": internalToken}
+	cfg, err := config.LoadFrom(func(name string) string {
+		if v := os.Getenv(name); v != "" {
+			return v
+		}
+		if v, ok := generated[name]; ok {
+			return v
+		}
+		return devDefaults[name]
+	}, config.Need{Database: true, EncryptionKey: true, InternalToken: true})
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintln(os.Stderr, "starting the Temporal dev server (state in .data/temporal.db)...")
+	temporal, err := temporaldev.Start(ctx, temporaldev.Options{
+		DBFile: filepath.Join(dataDir, "temporal.db"),
+		Port:   portOf(cfg.TemporalAddress, 7233),
+		UIPort: 8233,
+		Output: os.Stderr,
+	})
+	if err != nil {
+		return err
+	}
+	defer temporal.Stop()
+
+	st, err := store.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if _, err := st.Migrate(ctx); err != nil {
+		return err
+	}
+	adminKey, err := ensureDevOrganization(ctx, st)
+	if err != nil {
+		return err
+	}
+
+	tc, err := dialTemporal(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+
+	fmt.Fprintf(os.Stderr, `
+Mailyard is running on its embedded defaults (Ctrl-C stops everything):
+  API          http://%s/api/v1   (docs: http://%s/docs)
+  Temporal UI  %s
+  admin key    %s   (also in .data/admin-key)
+
+  curl -H "Authorization: Bearer $(cat .data/admin-key)" http://%s/api/v1/domains
+
+`, cfg.HTTPAddr, cfg.HTTPAddr, temporal.UIURL, adminKey, cfg.HTTPAddr)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serveAPI(gctx, cfg, st, tc, logger) })
+	err = g.Wait()
+	fmt.Fprintln(os.Stderr, "stopping...")
+	return err
+}
+
+// ensureDevOrganization keeps the `dev` organization and its key across runs: the
+// key in .data/admin-key is reused while it is still active.
+func ensureDevOrganization(ctx context.Context, st *store.Store) (string, error) {
+	path := filepath.Join(dataDir, "admin-key")
+	if b, err := os.ReadFile(path); err == nil {
+		secret := strings.TrimSpace(string(b))
+		if keys.CheckAPIKey(secret) == nil {
+			if _, err := st.ActiveAPIKeyByDigest(ctx, keys.Digest(secret)); err == nil {
+				return secret, nil
+			}
+		}
+	}
+	_, secret, err := createOrganization(ctx, st, "dev")
+	if err != nil {
+		return "", err
+	}
+	return secret, writeSecretFile(path, secret+"\n")
+}
+
+// readOrCreate returns the trimmed content of a secret file, creating it first.
+func readOrCreate(path string, generate func() (string, error)) (string, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	v, err := generate()
+	if err != nil {
+		return "", err
+	}
+	return v, writeSecretFile(path, v+"\n")
+}
+
+func portOf(addr string, def int) int {
+	var port int
+	if _, p, ok := strings.Cut(addr, ":"); ok {
+		if _, err := fmt.Sscanf(p, "%d", &port); err == nil {
+			return port
+		}
+	}
+	return def
+}

@@ -1,0 +1,67 @@
+// Command mailyard runs every part of Mailyard: the API, the Temporal workers, the
+// DKIM DNS server, migrations, and the embedded development stack.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `mailyard — management API for an email-sending platform
+
+Usage:
+  mailyard api                 run the HTTP API and the internal listener
+  mailyard worker              run the Temporal workers
+  mailyard dns                 run the authoritative DNS server for the DKIM zone
+  mailyard migrate [up|status] apply or list database migrations
+  mailyard org create NAME     create an organization and print its admin key once
+  mailyard events emit ...     send one email event to the internal ingest endpoint
+  mailyard dev                 everything on the embedded defaults (make run)
+
+Configuration comes from the environment; see README.md.
+`
+
+func main() {
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	slog.SetDefault(logger)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if err := run(ctx, logger, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "mailyard:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, logger *slog.Logger, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return fmt.Errorf("missing command")
+	}
+	switch args[0] {
+	case "api":
+		return cmdAPI(ctx, logger)
+	case "worker":
+		return cmdWorker(ctx, logger)
+	case "dns":
+		return cmdDNS(ctx, logger)
+	case "migrate":
+		return cmdMigrate(ctx, args[1:])
+	case "org":
+		return cmdOrg(ctx, args[1:])
+	case "events":
+		return cmdEvents(ctx, args[1:])
+	case "dev":
+		return cmdDev(ctx, logger)
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return nil
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		return fmt.Errorf("unknown command %q", args[0])
+	}
+}

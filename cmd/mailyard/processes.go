@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/mailyard/mailyard/api"
+	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/store"
+)
+
+// openStore connects and refuses a schema that is behind this binary.
+func openStore(ctx context.Context, cfg *config.Config) (*store.Store, error) {
+	st, err := store.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.EnsureCurrent(ctx); err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	return st, nil
+}
+
+// dialTemporal returns a lazy client: the process starts even while Temporal is
+// still coming up, and /readyz says when it is reachable.
+func dialTemporal(cfg *config.Config, logger *slog.Logger) (client.Client, error) {
+	return client.NewLazyClient(client.Options{
+		HostPort:  cfg.TemporalAddress,
+		Namespace: cfg.TemporalNamespace,
+		Logger:    tlog.NewStructuredLogger(logger.With("component", "temporal-sdk")),
+	})
+}
+
+// serveAPI runs the public and internal listeners until ctx ends.
+func serveAPI(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger) error {
+	srv := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: logger})
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { srv.Run(ctx); return nil })
+	g.Go(func() error { return serveHTTP(ctx, "api", cfg.HTTPAddr, srv.Handler(), logger) })
+	return g.Wait()
+}
+
+// serveHTTP listens on addr and shuts down gracefully when ctx ends.
+func serveHTTP(ctx context.Context, name, addr string, h http.Handler, logger *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s listener: %w", name, err)
+	}
+	hs := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	logger.Info("listening", "listener", name, "addr", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(shutdownCtx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func cmdAPI(ctx context.Context, logger *slog.Logger) error {
+	cfg, err := config.Load(config.Need{Database: true, EncryptionKey: true, InternalToken: true})
+	if err != nil {
+		return err
+	}
+	logger.Info("starting api", "config", cfg.String())
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	tc, err := dialTemporal(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	return serveAPI(ctx, cfg, st, tc, logger)
+}
+
+func cmdWorker(ctx context.Context, logger *slog.Logger) error {
+	return errors.New("the worker arrives with the domains capability")
+}
+
+func cmdDNS(ctx context.Context, logger *slog.Logger) error {
+	return errors.New("the DNS server arrives with the domains capability")
+}
+
+func cmdEvents(ctx context.Context, args []string) error {
+	return errors.New("event ingest arrives with the webhooks capability")
+}

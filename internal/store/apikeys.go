@@ -1,0 +1,118 @@
+package store
+
+import (
+	"context"
+	"database/sql/driver"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// Key statuses.
+const (
+	KeyActive  = "active"
+	KeyRevoked = "revoked"
+)
+
+// Permissions is stored as a comma-separated list so that both databases keep it in
+// one portable TEXT column; the set is small and fixed.
+type Permissions []string
+
+// Value implements driver.Valuer.
+func (p Permissions) Value() (driver.Value, error) { return strings.Join(p, ","), nil }
+
+// Scan implements sql.Scanner.
+func (p *Permissions) Scan(src any) error {
+	var s string
+	switch v := src.(type) {
+	case string:
+		s = v
+	case []byte:
+		s = string(v)
+	case nil:
+		*p = nil
+		return nil
+	default:
+		return fmt.Errorf("permissions: cannot scan %T", src)
+	}
+	if s == "" {
+		*p = Permissions{}
+		return nil
+	}
+	*p = strings.Split(s, ",")
+	return nil
+}
+
+// Has reports whether the permission is in the set.
+func (p Permissions) Has(perm string) bool {
+	for _, q := range p {
+		if q == perm {
+			return true
+		}
+	}
+	return false
+}
+
+// APIKey is a credential. Only the SHA-256 digest of the secret is stored.
+type APIKey struct {
+	bun.BaseModel `bun:"table:api_keys"`
+
+	ID              int64       `bun:"id,pk,autoincrement"`
+	OrganizationID  int64       `bun:"organization_id,notnull"`
+	SendingDomainID *int64      `bun:"sending_domain_id"`
+	Label           string      `bun:"label,notnull"`
+	Username        string      `bun:"username,notnull"`
+	Prefix          string      `bun:"prefix,notnull"`
+	Digest          []byte      `bun:"digest,notnull"`
+	Permissions     Permissions `bun:"permissions,notnull"`
+	Status          string      `bun:"status,notnull"`
+	LastUsedAt      *time.Time  `bun:"last_used_at"`
+	CreatedAt       time.Time   `bun:"created_at,notnull"`
+	RevokedAt       *time.Time  `bun:"revoked_at"`
+
+	// SendingDomain is the domain name, filled by the list query.
+	SendingDomain *string `bun:"sending_domain,scanonly"`
+}
+
+func insertAPIKey(ctx context.Context, db bun.IDB, key *APIKey) error {
+	if key.CreatedAt.IsZero() {
+		key.CreatedAt = now()
+	}
+	if key.Status == "" {
+		key.Status = KeyActive
+	}
+	_, err := db.NewInsert().Model(key).Returning("id").Exec(ctx)
+	if isUniqueViolation(err) {
+		return ErrConflict
+	}
+	return err
+}
+
+// ActiveAPIKeyByDigest resolves a presented key. It always reads the database: a
+// revoked key must fail on the very next request on every process.
+func (s *Store) ActiveAPIKeyByDigest(ctx context.Context, digest []byte) (*APIKey, error) {
+	key := new(APIKey)
+	err := s.DB.NewSelect().Model(key).
+		Column("id", "organization_id", "sending_domain_id", "permissions", "last_used_at").
+		Where("digest = ?", digest).Where("status = ?", KeyActive).
+		Scan(ctx)
+	return key, notFound(err)
+}
+
+// TouchAPIKey records a use, at most once per interval: the condition makes the
+// write a no-op when another request or process recorded one recently.
+func (s *Store) TouchAPIKey(ctx context.Context, id int64, at time.Time, interval time.Duration) (bool, error) {
+	res, err := s.DB.NewUpdate().Model((*APIKey)(nil)).
+		Set("last_used_at = ?", at).
+		Where("id = ?", id).
+		Where("last_used_at IS NULL OR last_used_at <= ?", at.Add(-interval)).
+		Exec(ctx)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+

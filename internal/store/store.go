@@ -1,0 +1,109 @@
+// Package store is Mailyard's persistence: Bun models, embedded migrations and the
+// queries the API and the activities need, on PostgreSQL (production, tests) and
+// SQLite (the embedded default of `make run`).
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
+	"github.com/uptrace/bun/dialect/sqlitedialect"
+	"github.com/uptrace/bun/driver/pgdriver"
+	_ "modernc.org/sqlite" // registers the pure-Go "sqlite" driver
+)
+
+// Errors callers map to HTTP answers; they carry no SQL text.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrConflict = errors.New("conflict")
+)
+
+// Store wraps the Bun database handle.
+type Store struct {
+	DB *bun.DB
+}
+
+// Open connects to a postgres:// or sqlite:// URL. It does not migrate.
+func Open(ctx context.Context, databaseURL string) (*Store, error) {
+	var db *bun.DB
+	switch {
+	case strings.HasPrefix(databaseURL, "postgres://"), strings.HasPrefix(databaseURL, "postgresql://"):
+		sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(databaseURL)))
+		sqldb.SetMaxOpenConns(32)
+		sqldb.SetMaxIdleConns(32)
+		sqldb.SetConnMaxIdleTime(5 * time.Minute)
+		db = bun.NewDB(sqldb, pgdialect.New())
+	case strings.HasPrefix(databaseURL, "sqlite://"):
+		path := strings.TrimPrefix(databaseURL, "sqlite://")
+		if path == "" {
+			return nil, errors.New("sqlite:// needs a file path")
+		}
+		if dir := filepath.Dir(path); dir != "." {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return nil, fmt.Errorf("create %s: %w", dir, err)
+			}
+		}
+		// WAL lets readers run beside the one writer; immediate transactions take the
+		// write lock up front so two writers wait (busy_timeout) instead of failing
+		// with SQLITE_BUSY half-way through.
+		q := url.Values{}
+		q.Add("_pragma", "foreign_keys(1)")
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "busy_timeout(10000)")
+		q.Add("_pragma", "synchronous(NORMAL)")
+		q.Set("_txlock", "immediate")
+		sqldb, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+		if err != nil {
+			return nil, err
+		}
+		db = bun.NewDB(sqldb, sqlitedialect.New())
+	default:
+		return nil, errors.New("database URL must start with postgres:// or sqlite://")
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := db.PingContext(pingCtx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return &Store{DB: db}, nil
+}
+
+// Close releases the connections.
+func (s *Store) Close() error { return s.DB.Close() }
+
+// Ping reports whether the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.DB.PingContext(ctx) }
+
+// IsPostgres tells which dialect is in use, for the few queries that differ.
+func (s *Store) IsPostgres() bool { return s.DB.Dialect().Name().String() == "pg" }
+
+// notFound turns sql.ErrNoRows into ErrNotFound and leaves other errors alone.
+func notFound(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// isUniqueViolation recognises a unique-constraint failure on either database.
+func isUniqueViolation(err error) bool {
+	var pgErr pgdriver.Error
+	if errors.As(err, &pgErr) {
+		return pgErr.Field('C') == "23505"
+	}
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+// now is the single clock of the store: UTC, truncated to microseconds so a value
+// read back from either database equals the value written.
+func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
