@@ -136,7 +136,10 @@ func checkHostName(name string) error {
 			return errors.New("url host name must be made of dot-separated labels of 1 to 63 characters")
 		}
 		for _, r := range label {
-			ok := r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r > 0x7f
+			// IDNA maps these full stops to "." (so 127。0。0。1 could
+			// become an address); they are refused rather than mapped.
+			ideographicDot := r == '\u3002' || r == '\uff0e' || r == '\uff61'
+			ok := r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r > 0x7f && !ideographicDot
 			if !ok {
 				return fmt.Errorf("url host name must not contain %q", r)
 			}

@@ -45,6 +45,8 @@ func TestValidateURL(t *testing.T) {
 		{"https://%zz/", strict, "valid URL"},
 		{"https://a b/", strict, "valid URL"},
 		{"https://hooks!.example.com/", strict, "must not contain"},
+		{"https://127。0。0。1/", strict, "must not contain"},
+		{"https://127．0．0．1/", strict, "must not contain"},
 		{"https://[fe80::1%25eth0]/", Policy{AllowPrivateNetworks: true}, "zone"},
 		{"https://1.2.3.04/", strict, "canonical"},
 		{"https://1.2.3.0x4/", strict, "canonical"},
