@@ -115,4 +115,3 @@ func (s *Store) TouchAPIKey(ctx context.Context, id int64, at time.Time, interva
 	n, err := res.RowsAffected()
 	return n > 0, err
 }
-

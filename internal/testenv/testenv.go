@@ -127,4 +127,3 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		time.Sleep(50 * time.Millisecond)
 	}
 }
-

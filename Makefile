@@ -1,0 +1,39 @@
+# Mailyard — the commands people expect. `make run` and `make test` are the set-up.
+
+GO            ?= go
+TEMPORAL_CLI  := bin/temporal
+# The Temporal CLI (with the real dev server and its UI) from the Go module proxy.
+TEMPORAL_VER  := v1.5.1
+
+.PHONY: run test lint bench build migrate temporal tools clean
+
+run: $(TEMPORAL_CLI)
+	$(GO) run ./cmd/mailyard dev
+
+build:
+	$(GO) build -o bin/mailyard ./cmd/mailyard
+
+migrate:
+	$(GO) run ./cmd/mailyard migrate up
+
+temporal: $(TEMPORAL_CLI)
+
+$(TEMPORAL_CLI):
+	@echo "Building the Temporal dev server from the Go module proxy into $(TEMPORAL_CLI)."
+	@echo "This happens once and takes a few minutes; later runs start in seconds."
+	GOBIN=$(CURDIR)/bin $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_VER)
+
+test: $(TEMPORAL_CLI)
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 30m ./...
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	$(GO) vet ./...
+	$(GO) run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.3.0 ./workflows/...
+
+bench: $(TEMPORAL_CLI)
+	$(GO) run ./internal/bench
+
+clean:
+	rm -rf bin .data
