@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,8 +65,8 @@ func serverAddress(server string) (string, error) {
 		return "", errors.New("RFC 2136 server is empty; set it to the primary server of the DKIM zone as host or host:port")
 	}
 	if host, port, err := net.SplitHostPort(server); err == nil {
-		if host == "" || port == "" {
-			return "", fmt.Errorf("RFC 2136 server %q needs both a host and a port", server)
+		if n, err := strconv.Atoi(port); host == "" || err != nil || n < 1 || n > 65535 {
+			return "", fmt.Errorf("RFC 2136 server %q is not host or host:port", server)
 		}
 		return server, nil
 	}

@@ -44,7 +44,8 @@ func TestNewRFC2136Rejects(t *testing.T) {
 		server, tsig, zone, wantInError string
 	}{
 		{"", "k:hmac-sha256:" + validSecret, "dkim.mailyard.test", "server is empty"},
-		{":53", "k:hmac-sha256:" + validSecret, "dkim.mailyard.test", "host and a port"},
+		{":53", "k:hmac-sha256:" + validSecret, "dkim.mailyard.test", "not host or host:port"},
+		{"ns:domain", "k:hmac-sha256:" + validSecret, "dkim.mailyard.test", "not host or host:port"},
 		{"ns:53", "", "dkim.mailyard.test", "name:algorithm:base64secret"},
 		{"ns:53", "k:" + validSecret, "dkim.mailyard.test", "name:algorithm:base64secret"},
 		{"ns:53", ":hmac-sha256:" + validSecret, "dkim.mailyard.test", "key name is empty"},

@@ -1,0 +1,113 @@
+package dnscheck
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/miekg/dns"
+
+	"github.com/mailyard/mailyard/internal/dnspublish"
+)
+
+func (c *Checker) checkCNAME(ctx context.Context, e Expectation) Result {
+	// Asking for the CNAME itself: a resolver would otherwise follow it and
+	// answer with the records of the target.
+	rrs, err := c.lookup(ctx, e.Name, dns.TypeCNAME)
+	if err != nil {
+		return Result{Status: StatusLookupFailed, Err: err}
+	}
+	var observed []string
+	found := false
+	for _, rr := range rrs {
+		target := rr.(*dns.CNAME).Target
+		observed = append(observed, strings.TrimSuffix(target, "."))
+		found = found || sameName(target, e.Want)
+	}
+	return result(observed, found)
+}
+
+func (c *Checker) checkSPF(ctx context.Context, e Expectation) Result {
+	rrs, err := c.lookup(ctx, e.Name, dns.TypeTXT)
+	if err != nil {
+		return Result{Status: StatusLookupFailed, Err: err}
+	}
+	var observed []string
+	spfRecords, found := 0, false
+	for _, rr := range rrs {
+		value := dnspublish.TXTValue(rr.(*dns.TXT).Txt)
+		observed = append(observed, value)
+		if terms, ok := spfTerms(value); ok {
+			spfRecords++
+			found = found || includes(terms, e.Want)
+		}
+	}
+	// Other TXT records (site verifications and the like) are shown but do
+	// not make a mismatch: the SPF record is still missing.
+	if spfRecords == 0 {
+		return Result{Status: StatusPending, Observed: observed}
+	}
+	return result(observed, found)
+}
+
+func (c *Checker) checkMX(ctx context.Context, e Expectation) Result {
+	rrs, err := c.lookup(ctx, e.Name, dns.TypeMX)
+	if err != nil {
+		return Result{Status: StatusLookupFailed, Err: err}
+	}
+	var observed []string
+	found := false
+	for _, rr := range rrs {
+		mx := rr.(*dns.MX)
+		host := strings.TrimSuffix(mx.Mx, ".")
+		if host == "" {
+			host = "." // a null MX (RFC 7505)
+		}
+		observed = append(observed, strconv.Itoa(int(mx.Preference))+" "+host)
+		// The preference is not checked: any MX at the bounce host routes
+		// bounces to it.
+		found = found || sameName(mx.Mx, e.Want)
+	}
+	return result(observed, found)
+}
+
+// result is verified when the wanted value was found, pending when nothing
+// was, and mismatch otherwise.
+func result(observed []string, found bool) Result {
+	switch {
+	case found:
+		return Result{Status: StatusVerified, Observed: observed}
+	case len(observed) == 0:
+		return Result{Status: StatusPending}
+	default:
+		return Result{Status: StatusMismatch, Observed: observed}
+	}
+}
+
+// spfTerms returns the terms of an SPF record (RFC 7208 §4.5: the record
+// starts with "v=spf1" followed by a space or nothing, in any case), or
+// false if value is not one.
+func spfTerms(value string) ([]string, bool) {
+	fields := strings.Fields(value)
+	if len(fields) == 0 || !strings.EqualFold(fields[0], "v=spf1") {
+		return nil, false
+	}
+	// strings.Fields also splits at tabs and newlines, which an SPF record
+	// should not contain; a record such as "v=spf1\tinclude:x" is counted
+	// anyway, as it is plainly meant.
+	return fields[1:], true
+}
+
+// includes reports whether terms have "include:<host>" with the pass
+// qualifier ("+" or none); mechanism names are case-insensitive (RFC 7208
+// §4.6.1). "~include:" or "-include:" would not let our mail pass.
+func includes(terms []string, host string) bool {
+	for _, term := range terms {
+		term = strings.TrimPrefix(term, "+")
+		if len(term) > len("include:") && strings.EqualFold(term[:len("include:")], "include:") &&
+			sameName(term[len("include:"):], host) {
+			return true
+		}
+	}
+	return false
+}
