@@ -82,7 +82,11 @@ func startResolver(t *testing.T) *testResolver {
 	udp, tcp := listenBoth(t)
 	r.addr = udp.LocalAddr().String()
 	for _, srv := range []*dns.Server{{PacketConn: udp, Handler: r}, {Listener: tcp, Handler: r}} {
+		// Shutdown fails on a server that has not started yet: wait.
+		started := make(chan struct{})
+		srv.NotifyStartedFunc = func() { close(started) }
 		go srv.ActivateAndServe()
+		<-started
 		t.Cleanup(func() { _ = srv.Shutdown() })
 	}
 	return r
@@ -263,6 +267,8 @@ func TestCheck(t *testing.T) {
 			t.Errorf("%s: status %s with error %v", tt.name, got.Status, got.Err)
 		}
 	}
+	resolver.mu.Lock()
+	defer resolver.mu.Unlock()
 	if resolver.noRecurse {
 		t.Error("a query was sent without the RD bit")
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -139,7 +140,7 @@ func TestRFC2136RejectedUpdatesAgainstBIND(t *testing.T) {
 
 func TestRFC2136UnreachableServer(t *testing.T) {
 	// A listener that is closed at once: connections are refused.
-	addr := "127.0.0.1:" + itoa(freePort(t))
+	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
 	pub, err := NewRFC2136(addr, "k:hmac-sha256:"+randomSecret(t), testZone)
 	if err != nil {
 		t.Fatal(err)

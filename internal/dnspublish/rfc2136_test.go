@@ -2,14 +2,11 @@ package dnspublish
 
 import (
 	"context"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
 )
-
-func itoa(n int) string { return strconv.Itoa(n) }
 
 const validSecret = "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LTEyMzQ=" // any base64
 
