@@ -1,0 +1,174 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"testing"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/mailyard/mailyard/api"
+	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// harness is a real API on a real HTTP server over a throwaway PostgreSQL database
+// and the package's Temporal dev server.
+type harness struct {
+	t        *testing.T
+	srv      *httptest.Server
+	api      *api.Server
+	store    *store.Store
+	cfg      *config.Config
+	temporal client.Client
+	orgID    int64
+	adminKey string
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	st := testenv.OpenStore(t, testenv.PostgresURL(t))
+	cfg, err := config.LoadFrom(func(name string) string {
+		return map[string]string{
+			"MAILYARD_DATABASE_URL":   "postgres://unused",
+			"MAILYARD_ENCRYPTION_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+			"MAILYARD_INTERNAL_TOKEN": "internal-token-for-tests",
+		}[name]
+	}, config.Need{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := client.Dial(client.Options{HostPort: testenv.Temporal(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.Close)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	a := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: logger})
+	go a.Run(ctx)
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	h := &harness{t: t, srv: srv, api: a, store: st, cfg: cfg, temporal: tc}
+	h.orgID, h.adminKey = h.newOrg("acme")
+	return h
+}
+
+// newOrg creates an organization with an admin key.
+func (h *harness) newOrg(name string) (int64, string) {
+	h.t.Helper()
+	secret := h.newKeySecret()
+	org, err := h.store.CreateOrganizationWithKey(context.Background(), name, &store.APIKey{
+		Label: "bootstrap", Username: "boot", Prefix: secret[:keys.DisplayLength],
+		Digest: keys.Digest(secret), Permissions: store.Permissions{"admin"},
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return org.ID, secret
+}
+
+func (h *harness) newKeySecret() string {
+	secret, err := keys.NewAPIKey()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return secret
+}
+
+// response is a decoded answer.
+type response struct {
+	Status int
+	Header http.Header
+	Raw    []byte
+	Body   map[string]any
+}
+
+func (h *harness) do(method, path, key string, body any) response {
+	h.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	case string:
+		rd = bytes.NewReader([]byte(b))
+	default:
+		buf, err := json.Marshal(b)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		rd = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequest(method, h.srv.URL+path, rd)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	r := response{Status: res.StatusCode, Header: res.Header, Raw: raw}
+	if len(raw) > 0 {
+		_ = json.Unmarshal(raw, &r.Body)
+	}
+	return r
+}
+
+// expectError checks the error envelope's status and code.
+func (r response) expectError(t *testing.T, status int, code string) {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("status %d, want %d: %s", r.Status, status, r.Raw)
+	}
+	if r.Body["status"] != "error" {
+		t.Fatalf("not an error envelope: %s", r.Raw)
+	}
+	e, _ := r.Body["error"].(map[string]any)
+	if e == nil || e["code"] != code || e["message"] == "" {
+		t.Fatalf("error code %v, want %s: %s", e["code"], code, r.Raw)
+	}
+	if _, has := e["details"]; has {
+		if d, _ := e["details"].([]any); len(d) == 0 {
+			t.Fatalf("details present but empty: %s", r.Raw)
+		}
+	}
+}
+
+// data returns the success envelope's data after checking status.
+func (r response) data(t *testing.T, status int) map[string]any {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("status %d, want %d: %s", r.Status, status, r.Raw)
+	}
+	if r.Body["status"] != "success" {
+		t.Fatalf("not a success envelope: %s", r.Raw)
+	}
+	d, ok := r.Body["data"].(map[string]any)
+	if !ok {
+		t.Fatalf("no data object: %s", r.Raw)
+	}
+	return d
+}

@@ -1,0 +1,86 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/testenv"
+)
+
+func TestMigrationsApplyOnceAndGateStart(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st, err := store.Open(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		if err := st.EnsureCurrent(ctx); err == nil {
+			t.Fatal("an empty database passes EnsureCurrent")
+		}
+		applied, err := st.Migrate(ctx)
+		if err != nil || len(applied) == 0 {
+			t.Fatalf("migrate: %v %v", applied, err)
+		}
+		if err := st.EnsureCurrent(ctx); err != nil {
+			t.Fatal(err)
+		}
+		again, err := st.Migrate(ctx)
+		if err != nil || len(again) != 0 {
+			t.Fatalf("second migrate applied %v (%v)", again, err)
+		}
+	})
+}
+
+func TestAPIKeyLifecycle(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		secret, _ := keys.NewAPIKey()
+		key := &store.APIKey{Label: "boot", Username: "u", Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: store.Permissions{"admin", "send"}}
+		org, err := st.CreateOrganizationWithKey(ctx, "acme", key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.ActiveAPIKeyByDigest(ctx, keys.Digest(secret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.OrganizationID != org.ID || !got.Permissions.Has("admin") || !got.Permissions.Has("send") || got.Permissions.Has("stats") {
+			t.Fatalf("key read back as %+v", got)
+		}
+		if _, err := st.ActiveAPIKeyByDigest(ctx, keys.Digest(secret+"x")); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("unknown digest: %v", err)
+		}
+
+		// last_used_at: written once, then not again within the interval.
+		t0 := time.Now().UTC().Truncate(time.Microsecond)
+		if ok, err := st.TouchAPIKey(ctx, key.ID, t0, time.Minute); err != nil || !ok {
+			t.Fatalf("first touch %v %v", ok, err)
+		}
+		if ok, _ := st.TouchAPIKey(ctx, key.ID, t0.Add(30*time.Second), time.Minute); ok {
+			t.Fatal("second touch within a minute wrote")
+		}
+		if ok, _ := st.TouchAPIKey(ctx, key.ID, t0.Add(61*time.Second), time.Minute); !ok {
+			t.Fatal("touch after a minute did not write")
+		}
+		got, _ = st.ActiveAPIKeyByDigest(ctx, keys.Digest(secret))
+		if got.LastUsedAt == nil || !got.LastUsedAt.Equal(t0.Add(61*time.Second)) {
+			t.Fatalf("last_used_at %v", got.LastUsedAt)
+		}
+
+		// The digest is unique.
+		dup := &store.APIKey{OrganizationID: org.ID, Label: "d", Username: "d", Prefix: "p", Digest: keys.Digest(secret), Permissions: store.Permissions{"admin"}}
+		if _, err := st.CreateOrganizationWithKey(ctx, "other", dup); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("duplicate digest: %v", err)
+		}
+		// ...and the failed transaction left no organization behind.
+		if _, err := st.OrganizationByName(ctx, "other"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("half-written organization: %v", err)
+		}
+	})
+}
