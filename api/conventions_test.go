@@ -23,11 +23,10 @@ func TestListDomainsSeesOnlyOwnOrganization(t *testing.T) {
 	otherOrg, otherKey := h.newOrg("other")
 	ctx := context.Background()
 	for _, d := range []store.Domain{
-		{OrganizationID: h.orgID, Domain: "a.example", MailFromSubdomain: "mail.a.example", Status: "pending"},
-		{OrganizationID: otherOrg, Domain: "b.example", MailFromSubdomain: "mail.b.example", Status: "verified"},
+		{OrganizationID: h.orgID, Domain: "a.example", MailFromSubdomain: "mail.a.example", DKIMToken: "tokena", Status: "pending"},
+		{OrganizationID: otherOrg, Domain: "b.example", MailFromSubdomain: "mail.b.example", DKIMToken: "tokenb", Status: "verified"},
 	} {
-		d.CreatedAt = d.CreatedAt.UTC()
-		if _, err := h.store.DB.NewInsert().Model(&d).Exec(ctx); err != nil {
+		if err := h.store.CreateDomain(ctx, &d, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

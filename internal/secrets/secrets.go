@@ -42,9 +42,10 @@ func New(key []byte) (*Box, error) {
 	return &Box{aead: aead}, nil
 }
 
-// Binding names the record a secret belongs to, e.g. Binding("dkim_keys", 42).
-func Binding(table string, id int64) []byte {
-	return []byte(fmt.Sprintf("%s:%d", table, id))
+// Binding names the record a secret belongs to, e.g. Binding("dkim_keys",
+// "abc-1") or Binding("webhooks", 42): a table and a key unique within it.
+func Binding(table string, id any) []byte {
+	return []byte(fmt.Sprintf("%s:%v", table, id))
 }
 
 // Seal encrypts plaintext for the record named by binding.

@@ -2,6 +2,9 @@ package store
 
 import (
 	"context"
+	"database/sql/driver"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -14,16 +17,109 @@ const (
 	DomainFailed   = "failed"
 )
 
+// Record statuses.
+const (
+	RecordVerified = "verified"
+	RecordPending  = "pending"
+	RecordMismatch = "mismatch"
+)
+
 // Domain is a customer's sending domain.
 type Domain struct {
 	bun.BaseModel `bun:"table:domains"`
 
-	ID                int64     `bun:"id,pk,autoincrement"`
-	OrganizationID    int64     `bun:"organization_id,notnull"`
-	Domain            string    `bun:"domain,notnull"`
-	MailFromSubdomain string    `bun:"mailfrom_subdomain,notnull"`
-	Status            string    `bun:"status,notnull"`
-	CreatedAt         time.Time `bun:"created_at,notnull"`
+	ID                int64      `bun:"id,pk,autoincrement"`
+	OrganizationID    int64      `bun:"organization_id,notnull"`
+	Domain            string     `bun:"domain,notnull"`
+	MailFromSubdomain string     `bun:"mailfrom_subdomain,notnull"`
+	DKIMToken         string     `bun:"dkim_token,notnull"`
+	Status            string     `bun:"status,notnull"`
+	CreatedAt         time.Time  `bun:"created_at,notnull"`
+	LastCheckedAt     *time.Time `bun:"last_checked_at"`
+	VerifiedAt        *time.Time `bun:"verified_at"`
+	// WindowStartedAt opens the current verification window (72 h by default);
+	// Verify on a failed domain starts a new one.
+	WindowStartedAt time.Time `bun:"window_started_at,notnull"`
+}
+
+// Observed is what DNS answered for a record, stored as a JSON array.
+type Observed []string
+
+// Value implements driver.Valuer.
+func (o Observed) Value() (driver.Value, error) {
+	if o == nil {
+		o = Observed{}
+	}
+	b, err := json.Marshal([]string(o))
+	return string(b), err
+}
+
+// Scan implements sql.Scanner.
+func (o *Observed) Scan(src any) error {
+	var b []byte
+	switch v := src.(type) {
+	case string:
+		b = []byte(v)
+	case []byte:
+		b = v
+	case nil:
+		*o = Observed{}
+		return nil
+	default:
+		return fmt.Errorf("observed: cannot scan %T", src)
+	}
+	return json.Unmarshal(b, (*[]string)(o))
+}
+
+// DomainRecord is one of the four records a customer creates, with the result of
+// its last check.
+type DomainRecord struct {
+	bun.BaseModel `bun:"table:domain_records"`
+
+	DomainID  int64      `bun:"domain_id,pk"`
+	Position  int        `bun:"position,pk"`
+	Purpose   string     `bun:"purpose,notnull"`
+	Type      string     `bun:"type,notnull"`
+	Name      string     `bun:"name,notnull"`
+	Value     string     `bun:"value,notnull"`
+	Status    string     `bun:"status,notnull"`
+	Observed  Observed   `bun:"observed,notnull"`
+	Error     *string    `bun:"error"`
+	CheckedAt *time.Time `bun:"checked_at"`
+}
+
+// CreateDomain inserts a domain and its records in one transaction. A repeat of
+// the same name in the organization, or a token collision, is ErrConflict.
+func (s *Store) CreateDomain(ctx context.Context, d *Domain, records []DomainRecord) error {
+	if d.CreatedAt.IsZero() {
+		d.CreatedAt = now()
+	}
+	if d.WindowStartedAt.IsZero() {
+		d.WindowStartedAt = d.CreatedAt
+	}
+	if d.Status == "" {
+		d.Status = DomainPending
+	}
+	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewInsert().Model(d).Returning("id").Exec(ctx); err != nil {
+			return err
+		}
+		if len(records) == 0 {
+			return nil
+		}
+		for i := range records {
+			records[i].DomainID = d.ID
+			if records[i].Status == "" {
+				records[i].Status = RecordPending
+			}
+		}
+		_, err := tx.NewInsert().Model(&records).Exec(ctx)
+		return err
+	})
+	if isUniqueViolation(err) {
+		return ErrConflict
+	}
+	return err
 }
 
 // ListDomains returns an organization's domains, oldest first.
@@ -34,4 +130,94 @@ func (s *Store) ListDomains(ctx context.Context, orgID int64) ([]Domain, error) 
 		OrderExpr("id").
 		Scan(ctx)
 	return domains, err
+}
+
+// DomainInOrganization reads a domain only if it belongs to the organization: a
+// foreign id is ErrNotFound, exactly like an unknown one.
+func (s *Store) DomainInOrganization(ctx context.Context, orgID, id int64) (*Domain, error) {
+	d := new(Domain)
+	err := s.DB.NewSelect().Model(d).Where("id = ?", id).Where("organization_id = ?", orgID).Scan(ctx)
+	return d, notFound(err)
+}
+
+// DomainByID reads a domain for the workers, which act on ids from workflows.
+func (s *Store) DomainByID(ctx context.Context, id int64) (*Domain, error) {
+	d := new(Domain)
+	err := s.DB.NewSelect().Model(d).Where("id = ?", id).Scan(ctx)
+	return d, notFound(err)
+}
+
+// DomainRecords returns a domain's records in their fixed order.
+func (s *Store) DomainRecords(ctx context.Context, domainID int64) ([]DomainRecord, error) {
+	records := []DomainRecord{}
+	err := s.DB.NewSelect().Model(&records).Where("domain_id = ?", domainID).OrderExpr("position").Scan(ctx)
+	return records, err
+}
+
+// RecordCheck is the outcome of checking one record. A failed look-up has Status ""
+// and Error set: it keeps the record's previous status.
+type RecordCheck struct {
+	Position int
+	Status   string
+	Observed []string
+	Error    string
+}
+
+// SaveChecks stores a round of checks and, when every record is verified, moves a
+// pending domain to verified. It returns the domain's status afterwards.
+func (s *Store) SaveChecks(ctx context.Context, domainID int64, checks []RecordCheck, at time.Time) (string, error) {
+	var status string
+	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		for _, c := range checks {
+			q := tx.NewUpdate().Model((*DomainRecord)(nil)).
+				Set("checked_at = ?", at).
+				Where("domain_id = ?", domainID).Where("position = ?", c.Position)
+			if c.Status == "" {
+				q = q.Set("error = ?", c.Error)
+			} else {
+				q = q.Set("status = ?", c.Status).Set("observed = ?", Observed(c.Observed)).Set("error = NULL")
+			}
+			if _, err := q.Exec(ctx); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.NewUpdate().Model((*Domain)(nil)).Set("last_checked_at = ?", at).Where("id = ?", domainID).Exec(ctx); err != nil {
+			return err
+		}
+		unverified, err := tx.NewSelect().Model((*DomainRecord)(nil)).
+			Where("domain_id = ?", domainID).Where("status <> ?", RecordVerified).Count(ctx)
+		if err != nil {
+			return err
+		}
+		if unverified == 0 {
+			// Guarded: only a pending domain becomes verified, once.
+			if _, err := tx.NewUpdate().Model((*Domain)(nil)).
+				Set("status = ?", DomainVerified).Set("verified_at = ?", at).
+				Where("id = ?", domainID).Where("status = ?", DomainPending).Exec(ctx); err != nil {
+				return err
+			}
+		}
+		return tx.NewSelect().Model((*Domain)(nil)).Column("status").Where("id = ?", domainID).Scan(ctx, &status)
+	})
+	return status, notFound(err)
+}
+
+// FailDomain ends a verification window without success: pending becomes failed.
+// It returns the status afterwards (verified stays verified).
+func (s *Store) FailDomain(ctx context.Context, domainID int64) (string, error) {
+	if _, err := s.DB.NewUpdate().Model((*Domain)(nil)).Set("status = ?", DomainFailed).
+		Where("id = ?", domainID).Where("status = ?", DomainPending).Exec(ctx); err != nil {
+		return "", err
+	}
+	var status string
+	err := s.DB.NewSelect().Model((*Domain)(nil)).Column("status").Where("id = ?", domainID).Scan(ctx, &status)
+	return status, notFound(err)
+}
+
+// ReopenDomain starts a new verification window for a failed domain.
+func (s *Store) ReopenDomain(ctx context.Context, domainID int64, at time.Time) error {
+	_, err := s.DB.NewUpdate().Model((*Domain)(nil)).
+		Set("status = ?", DomainPending).Set("window_started_at = ?", at).
+		Where("id = ?", domainID).Where("status = ?", DomainFailed).Exec(ctx)
+	return err
 }
