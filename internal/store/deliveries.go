@@ -1,0 +1,172 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// Delivery statuses.
+const (
+	DeliveryPending   = "pending"
+	DeliveryDelivered = "delivered"
+	DeliveryFailed    = "failed"
+)
+
+// Delivery is one event on its way to one webhook. Body is built once and
+// sent byte for byte by every attempt.
+type Delivery struct {
+	bun.BaseModel `bun:"table:deliveries"`
+
+	ID             string     `bun:"id,pk"`
+	OrganizationID int64      `bun:"organization_id,notnull"`
+	WebhookID      int64      `bun:"webhook_id,notnull"`
+	EventID        *int64     `bun:"event_id"`
+	EventType      string     `bun:"event_type,notnull"`
+	Body           []byte     `bun:"body,notnull"`
+	Status         string     `bun:"status,notnull"`
+	CreatedAt      time.Time  `bun:"created_at,notnull"`
+	FinishedAt     *time.Time `bun:"finished_at"`
+}
+
+// DeliveryAttempt is one POST as the delivery log shows it.
+type DeliveryAttempt struct {
+	bun.BaseModel `bun:"table:delivery_attempts"`
+
+	ID                int64     `bun:"id,pk,autoincrement"`
+	DeliveryID        string    `bun:"delivery_id,notnull"`
+	AttemptedAt       time.Time `bun:"attempted_at,notnull"`
+	StatusCode        *int      `bun:"status_code"`
+	Error             *string   `bun:"error"`
+	DurationMS        int64     `bun:"duration_ms,notnull"`
+	ResponseBody      []byte    `bun:"response_body"`
+	ResponseTruncated bool      `bun:"response_truncated,notnull"`
+}
+
+// CreateDelivery inserts a delivery that belongs to no ingested event (a test
+// event sent from the API).
+func (s *Store) CreateDelivery(ctx context.Context, d *Delivery) error {
+	if d.CreatedAt.IsZero() {
+		d.CreatedAt = now()
+	}
+	if d.Status == "" {
+		d.Status = DeliveryPending
+	}
+	_, err := s.DB.NewInsert().Model(d).Exec(ctx)
+	return err
+}
+
+// DeliveryWithWebhook reads a delivery, body included, and its webhook (in
+// any status) for the delivery activity.
+func (s *Store) DeliveryWithWebhook(ctx context.Context, id string) (*Delivery, *Webhook, error) {
+	d := new(Delivery)
+	if err := s.DB.NewSelect().Model(d).Where("id = ?", id).Scan(ctx); err != nil {
+		return nil, nil, notFound(err)
+	}
+	w := new(Webhook)
+	if err := s.DB.NewSelect().Model(w).Where("id = ?", d.WebhookID).Scan(ctx); err != nil {
+		return nil, nil, notFound(err)
+	}
+	return d, w, nil
+}
+
+// AttemptEffect is what an attempt changes beside being logged.
+type AttemptEffect struct {
+	// Status finishes a pending delivery (delivered or failed); "" leaves it
+	// pending for the next attempt.
+	Status string
+	// DisableWebhook turns an enabled webhook off (its receiver said 410).
+	DisableWebhook bool
+}
+
+// RecordAttempt logs an attempt and applies its effect in one transaction.
+// The status change is guarded by status = 'pending', so an attempt that
+// raced a delete or a finished series never overwrites the final status.
+func (s *Store) RecordAttempt(ctx context.Context, a *DeliveryAttempt, webhookID int64, effect AttemptEffect) error {
+	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewInsert().Model(a).Returning("id").Exec(ctx); err != nil {
+			return err
+		}
+		at := now()
+		if effect.Status != "" {
+			if err := finishDelivery(ctx, tx, a.DeliveryID, effect.Status, at); err != nil {
+				return err
+			}
+		}
+		if effect.DisableWebhook {
+			_, err := tx.NewUpdate().Model((*Webhook)(nil)).
+				Set("status = ?", WebhookDisabled).Set("disabled_at = ?", at).
+				Where("id = ?", webhookID).Where("status = ?", WebhookEnabled).
+				Exec(ctx)
+			return err
+		}
+		return nil
+	})
+}
+
+// FinishDelivery moves a pending delivery to a final status; it does nothing
+// to a delivery that is already final.
+func (s *Store) FinishDelivery(ctx context.Context, id, status string) error {
+	return finishDelivery(ctx, s.DB, id, status, now())
+}
+
+func finishDelivery(ctx context.Context, db bun.IDB, id, status string, at time.Time) error {
+	_, err := db.NewUpdate().Model((*Delivery)(nil)).
+		Set("status = ?", status).Set("finished_at = ?", at).
+		Where("id = ?", id).Where("status = ?", DeliveryPending).
+		Exec(ctx)
+	return err
+}
+
+// ReopenDelivery makes a delivery pending again for a new attempt series.
+func (s *Store) ReopenDelivery(ctx context.Context, id string) error {
+	_, err := s.DB.NewUpdate().Model((*Delivery)(nil)).
+		Set("status = ?", DeliveryPending).Set("finished_at = NULL").
+		Where("id = ?", id).
+		Exec(ctx)
+	return err
+}
+
+// DeliveryOfWebhook reads a delivery (without its body) only if it belongs to
+// the webhook.
+func (s *Store) DeliveryOfWebhook(ctx context.Context, webhookID int64, id string) (*Delivery, error) {
+	d := new(Delivery)
+	err := s.DB.NewSelect().Model(d).ExcludeColumn("body").
+		Where("id = ?", id).Where("webhook_id = ?", webhookID).
+		Scan(ctx)
+	return d, notFound(err)
+}
+
+// ListDeliveries returns up to limit deliveries of a webhook, newest first,
+// starting after the delivery id before ("" for the first page). Ids are
+// UUIDv7, so their order is their creation order.
+func (s *Store) ListDeliveries(ctx context.Context, webhookID int64, before string, limit int) ([]Delivery, error) {
+	ds := []Delivery{}
+	q := s.DB.NewSelect().Model(&ds).ExcludeColumn("body").
+		Where("webhook_id = ?", webhookID).
+		OrderExpr("id DESC").Limit(int64(limit))
+	if before != "" {
+		q = q.Where("id < ?", before)
+	}
+	return ds, q.Scan(ctx)
+}
+
+// AttemptsOf returns the attempts of the deliveries, oldest first, by
+// delivery id.
+func (s *Store) AttemptsOf(ctx context.Context, deliveryIDs []string) (map[string][]DeliveryAttempt, error) {
+	out := map[string][]DeliveryAttempt{}
+	if len(deliveryIDs) == 0 {
+		return out, nil
+	}
+	var rows []DeliveryAttempt
+	if err := s.DB.NewSelect().Model(&rows).
+		Where("delivery_id IN (?)", bun.In(deliveryIDs)).
+		OrderExpr("id").Scan(ctx); err != nil {
+		return nil, err
+	}
+	for _, a := range rows {
+		out[a.DeliveryID] = append(out[a.DeliveryID], a)
+	}
+	return out, nil
+}

@@ -1,0 +1,91 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// Event is an email event from the sending pipeline. It holds personal data
+// (the recipient and the subject), which is why it lives only here and in the
+// delivery bodies, never in workflow histories.
+type Event struct {
+	bun.BaseModel `bun:"table:events"`
+
+	ID         int64     `bun:"id,pk,autoincrement"`
+	EventID    string    `bun:"event_id,notnull"`
+	Domain     string    `bun:"domain,notnull"`
+	EventType  string    `bun:"event_type,notnull"`
+	OccurredAt time.Time `bun:"occurred_at,notnull"`
+	MessageID  string    `bun:"message_id,notnull"`
+	ToEmail    string    `bun:"to_email,notnull"`
+	Subject    string    `bun:"subject,notnull"`
+	CreatedAt  time.Time `bun:"created_at,notnull"`
+}
+
+// VerifiedDomainOrganizations returns the organizations that have the domain
+// name verified: only they send from it, so only their webhooks hear of it.
+func (s *Store) VerifiedDomainOrganizations(ctx context.Context, name string) ([]int64, error) {
+	var ids []int64
+	err := s.DB.NewSelect().Model((*Domain)(nil)).Column("organization_id").
+		Where("domain = ?", name).Where("status = ?", DomainVerified).
+		OrderExpr("organization_id").
+		Scan(ctx, &ids)
+	return ids, err
+}
+
+// IngestEvent stores an event and one pending delivery, carrying body, per
+// enabled webhook of orgIDs that subscribes to its type, in one transaction.
+// It is idempotent on EventID: for an event seen before it creates nothing and
+// returns the deliveries made the first time, with created false.
+func (s *Store) IngestEvent(ctx context.Context, ev *Event, orgIDs []int64, body []byte, newID func() (string, error)) (deliveries []Delivery, created bool, err error) {
+	if ev.CreatedAt.IsZero() {
+		ev.CreatedAt = now()
+	}
+	err = s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		deliveries, created = nil, false
+		// A concurrent ingest of the same event_id waits here for the first
+		// one to commit, then sees its rows.
+		res, err := tx.NewInsert().Model(ev).On("CONFLICT (event_id) DO NOTHING").Returning("id").Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			if err := tx.NewSelect().Model(ev).Where("event_id = ?", ev.EventID).Scan(ctx); err != nil {
+				return err
+			}
+			return tx.NewSelect().Model(&deliveries).ExcludeColumn("body").
+				Where("event_id = ?", ev.ID).OrderExpr("id").Scan(ctx)
+		}
+		created = true
+		if len(orgIDs) == 0 {
+			return nil
+		}
+		var hooks []Webhook
+		if err := tx.NewSelect().Model(&hooks).Column("id", "organization_id", "event_types").
+			Where("organization_id IN (?)", bun.In(orgIDs)).Where("status = ?", WebhookEnabled).
+			OrderExpr("id").Scan(ctx); err != nil {
+			return err
+		}
+		for _, h := range hooks {
+			if !h.EventTypes.Has(ev.EventType) {
+				continue
+			}
+			id, err := newID()
+			if err != nil {
+				return err
+			}
+			deliveries = append(deliveries, Delivery{
+				ID: id, OrganizationID: h.OrganizationID, WebhookID: h.ID, EventID: &ev.ID,
+				EventType: ev.EventType, Body: body, Status: DeliveryPending, CreatedAt: ev.CreatedAt,
+			})
+		}
+		if len(deliveries) == 0 {
+			return nil
+		}
+		_, err = tx.NewInsert().Model(&deliveries).Exec(ctx)
+		return err
+	})
+	return deliveries, created, err
+}
