@@ -2,15 +2,20 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/mailyard/mailyard/internal/domainname"
+	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/verification"
 )
 
-// Domain is a sending domain as the API shows it.
+// Domain is a sending domain as lists show it.
 type Domain struct {
 	ID                int64     `json:"id" example:"1"`
 	Domain            string    `json:"domain" example:"example.com"`
@@ -28,12 +33,90 @@ type DomainList struct {
 	Domains []Domain `json:"domains"`
 }
 
+// DNSRecord is a record the customer creates at their DNS provider.
+type DNSRecord struct {
+	Purpose string `json:"purpose" enum:"DKIM CNAME 1,DKIM CNAME 2,SPF,MX (bounce routing)"`
+	Type    string `json:"type" enum:"CNAME,TXT,MX"`
+	Name    string `json:"name" example:"abc-1._domainkey.example.com"`
+	Value   string `json:"value"`
+}
+
+// AddDomainInput is the body of Add domain.
+type AddDomainInput struct {
+	Body struct {
+		Domain            string `json:"domain" minLength:"1" maxLength:"300" doc:"Root domain to send from; IDNs are accepted and stored in ASCII form." example:"example.com"`
+		MailFromSubdomain string `json:"mailfrom_subdomain,omitempty" maxLength:"300" doc:"MAIL FROM (bounce) subdomain; default mail.{domain}." example:"mail.example.com"`
+	}
+}
+
+// AddedDomain is data.domain of Add domain.
+type AddedDomain struct {
+	ID                int64     `json:"id"`
+	Domain            string    `json:"domain"`
+	Status            string    `json:"status" enum:"pending"`
+	MailFromSubdomain string    `json:"mailfrom_subdomain"`
+	CreatedAt         time.Time `json:"created_at"`
+}
+
+// AddDomainData is the data of Add domain.
+type AddDomainData struct {
+	Domain     AddedDomain `json:"domain"`
+	DNSRecords []DNSRecord `json:"dns_records"`
+}
+
+// DomainIDInput addresses one domain.
+type DomainIDInput struct {
+	ID int64 `path:"id" minimum:"1" doc:"Domain id."`
+}
+
+// DomainState is data.domain of Get DNS records and Verify.
+type DomainState struct {
+	ID                int64      `json:"id"`
+	Domain            string     `json:"domain"`
+	Status            string     `json:"status" enum:"pending,verified,failed"`
+	MailFromSubdomain string     `json:"mailfrom_subdomain"`
+	LastCheckedAt     *time.Time `json:"last_checked_at" nullable:"true"`
+}
+
+// CheckedRecord is a DNS record with the result of its last check.
+type CheckedRecord struct {
+	DNSRecord
+	Status      string     `json:"status" enum:"verified,pending,mismatch" doc:"verified; pending = not found; mismatch = found with another value."`
+	Observed    []string   `json:"observed" doc:"What DNS answered at the name."`
+	CheckedAt   *time.Time `json:"checked_at" nullable:"true"`
+	LookupError *string    `json:"lookup_error" nullable:"true" doc:"Set when the last look-up failed (timeout, SERVFAIL); the status is then the one before."`
+}
+
+// DNSRecordsData is the data of Get DNS records and Verify.
+type DNSRecordsData struct {
+	Domain     DomainState     `json:"domain"`
+	DNSRecords []CheckedRecord `json:"dns_records"`
+}
+
 func (s *Server) registerDomains() {
 	register(s, huma.Operation{
 		OperationID: "list-domains", Method: http.MethodGet, Path: "/api/v1/domains",
 		Summary: "List domains", Tags: []string{"Domains"},
 		Description: "All pending, verified and failed domains of the key's organization.",
 	}, s.listDomains)
+	register(s, huma.Operation{
+		OperationID: "add-domain", Method: http.MethodPost, Path: "/api/v1/domains", DefaultStatus: http.StatusCreated,
+		Summary: "Add domain", Tags: []string{"Domains"},
+		Description: "Adds a sending domain and returns the four DNS records to create. DKIM keys are generated and published in the background; verification starts at once.",
+		Errors:      []int{http.StatusConflict, http.StatusUnprocessableEntity, http.StatusBadRequest, http.StatusRequestEntityTooLarge},
+	}, s.addDomain)
+	register(s, huma.Operation{
+		OperationID: "get-dns-records", Method: http.MethodGet, Path: "/api/v1/domains/{id}/dns-records",
+		Summary: "Get DNS records", Tags: []string{"Domains"},
+		Description: "The domain's four DNS records with the result of their last check.",
+		Errors:      []int{http.StatusNotFound},
+	}, s.getDNSRecords)
+	register(s, huma.Operation{
+		OperationID: "verify-domain", Method: http.MethodPost, Path: "/api/v1/domains/{id}/verify",
+		Summary: "Verify domain", Tags: []string{"Domains"},
+		Description: "Checks the four records now and answers with the result (within 10 s). On a failed domain it starts a new 72-hour verification window.",
+		Errors:      []int{http.StatusNotFound},
+	}, s.verifyDomain)
 }
 
 func (s *Server) listDomains(ctx context.Context, _ *struct{}) (*Response[DomainList], error) {
@@ -46,4 +129,116 @@ func (s *Server) listDomains(ctx context.Context, _ *struct{}) (*Response[Domain
 		out.Domains = append(out.Domains, domainFromStore(d))
 	}
 	return respond(out), nil
+}
+
+func (s *Server) addDomain(ctx context.Context, in *AddDomainInput) (*Response[AddDomainData], error) {
+	name, err := domainname.Normalize(in.Body.Domain)
+	if err != nil {
+		return nil, fieldError("body.domain", err.Error())
+	}
+	mailFrom := "mail." + name
+	if in.Body.MailFromSubdomain != "" {
+		if mailFrom, err = domainname.NormalizeMailFrom(in.Body.MailFromSubdomain, name); err != nil {
+			return nil, fieldError("body.mailfrom_subdomain", err.Error())
+		}
+	}
+	token, err := keys.RandomString(32, keys.LowerAlnum)
+	if err != nil {
+		return nil, err
+	}
+	d := &store.Domain{OrganizationID: principalFrom(ctx).OrganizationID, Domain: name, MailFromSubdomain: mailFrom, DKIMToken: token}
+	records := s.customerRecords(token, name, mailFrom)
+	if err := s.store.CreateDomain(ctx, d, records); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return nil, NewAPIError(http.StatusConflict, CodeDomainExists, "domain "+name+" was already added to this organization")
+		}
+		return nil, err
+	}
+	if err := s.onboarding.Start(ctx, d); err != nil {
+		// Without its workflow the domain would never be verified: take it back so
+		// the client can simply retry.
+		if delErr := s.store.DeleteDomain(context.WithoutCancel(ctx), d.ID); delErr != nil {
+			s.logger.ErrorContext(ctx, "removing a domain whose onboarding did not start", "domain_id", d.ID, "error", delErr)
+		}
+		return nil, err
+	}
+	out := AddDomainData{
+		Domain:     AddedDomain{ID: d.ID, Domain: d.Domain, Status: d.Status, MailFromSubdomain: d.MailFromSubdomain, CreatedAt: d.CreatedAt.UTC()},
+		DNSRecords: make([]DNSRecord, len(records)),
+	}
+	for i, r := range records {
+		out.DNSRecords[i] = DNSRecord{Purpose: r.Purpose, Type: r.Type, Name: r.Name, Value: r.Value}
+	}
+	return respond(out), nil
+}
+
+// customerRecords are the four records of the seed, in order.
+func (s *Server) customerRecords(token, domain, mailFrom string) []store.DomainRecord {
+	return []store.DomainRecord{
+		{Position: 1, Purpose: "DKIM CNAME 1", Type: verification.TypeCNAME, Name: token + "-1._domainkey." + domain, Value: token + "-1." + s.cfg.DKIMHost},
+		{Position: 2, Purpose: "DKIM CNAME 2", Type: verification.TypeCNAME, Name: token + "-2._domainkey." + domain, Value: token + "-2." + s.cfg.DKIMHost},
+		{Position: 3, Purpose: "SPF", Type: verification.TypeTXT, Name: mailFrom, Value: "v=spf1 include:" + s.cfg.SPFHost + " ~all"},
+		{Position: 4, Purpose: "MX (bounce routing)", Type: verification.TypeMX, Name: mailFrom, Value: strconv.Itoa(s.cfg.MXPriority) + " " + s.cfg.BounceHost},
+	}
+}
+
+func (s *Server) getDNSRecords(ctx context.Context, in *DomainIDInput) (*Response[DNSRecordsData], error) {
+	d, err := s.store.DomainInOrganization(ctx, principalFrom(ctx).OrganizationID, in.ID)
+	if err != nil {
+		return nil, domainNotFound(err)
+	}
+	return s.dnsRecordsResponse(ctx, d.ID)
+}
+
+func (s *Server) verifyDomain(ctx context.Context, in *DomainIDInput) (*Response[DNSRecordsData], error) {
+	d, err := s.store.DomainInOrganization(ctx, principalFrom(ctx).OrganizationID, in.ID)
+	if err != nil {
+		return nil, domainNotFound(err)
+	}
+	if err := s.onboarding.Verify(ctx, d); err != nil {
+		return nil, err
+	}
+	return s.dnsRecordsResponse(ctx, d.ID)
+}
+
+func (s *Server) dnsRecordsResponse(ctx context.Context, domainID int64) (*Response[DNSRecordsData], error) {
+	// Read after the check so the answer shows what it stored.
+	d, err := s.store.DomainByID(ctx, domainID)
+	if err != nil {
+		return nil, domainNotFound(err)
+	}
+	records, err := s.store.DomainRecords(ctx, domainID)
+	if err != nil {
+		return nil, err
+	}
+	out := DNSRecordsData{
+		Domain:     DomainState{ID: d.ID, Domain: d.Domain, Status: d.Status, MailFromSubdomain: d.MailFromSubdomain, LastCheckedAt: utc(d.LastCheckedAt)},
+		DNSRecords: make([]CheckedRecord, len(records)),
+	}
+	for i, r := range records {
+		observed := []string(r.Observed)
+		if observed == nil {
+			observed = []string{}
+		}
+		out.DNSRecords[i] = CheckedRecord{
+			DNSRecord: DNSRecord{Purpose: r.Purpose, Type: r.Type, Name: r.Name, Value: r.Value},
+			Status:    r.Status, Observed: observed, CheckedAt: utc(r.CheckedAt), LookupError: r.Error,
+		}
+	}
+	return respond(out), nil
+}
+
+func domainNotFound(err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return notFoundError("domain")
+	}
+	return err
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
 }

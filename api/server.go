@@ -13,6 +13,7 @@ import (
 
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/verification"
 )
 
 // maxBodyBytes is the request body limit of PRODUCT.md §2 (64 KiB). Huma answers
@@ -25,6 +26,8 @@ type Deps struct {
 	Store    *store.Store
 	Temporal client.Client
 	Logger   *slog.Logger
+	// Verifier checks domains that have no onboarding run (verified ones).
+	Verifier *verification.Verifier
 }
 
 // Server holds the public and internal handlers.
@@ -35,6 +38,8 @@ type Server struct {
 	logger   *slog.Logger
 	usage    *usageRecorder
 
+	onboarding *onboardingRuns
+
 	api     huma.API
 	handler http.Handler
 }
@@ -43,12 +48,14 @@ type Server struct {
 func New(d Deps) *Server {
 	installErrorModel(d.Logger)
 	s := &Server{cfg: d.Config, store: d.Store, temporal: d.Temporal, logger: d.Logger, usage: newUsageRecorder(d.Store, d.Logger)}
+	s.onboarding = &onboardingRuns{temporal: d.Temporal, store: d.Store, verifier: d.Verifier, schedule: d.Config.VerifySchedule, logger: d.Logger}
 
 	mux := http.NewServeMux()
 	s.api = humago.New(mux, apiConfig())
 	s.api.UseMiddleware(s.authenticate)
 	s.registerHealth()
 	s.registerDomains()
+	s.registerCredentials()
 
 	s.handler = withRequestID(d.Logger, withEnvelopedFallbacks(mux))
 	return s

@@ -103,14 +103,19 @@ func cmdDev(ctx context.Context, logger *slog.Logger) error {
 Mailyard is running on its embedded defaults (Ctrl-C stops everything):
   API          http://%s/api/v1   (docs: http://%s/docs)
   Temporal UI  %s
+  DKIM zone    %s on %s (udp and tcp)
   admin key    %s   (also in .data/admin-key)
 
   curl -H "Authorization: Bearer $(cat .data/admin-key)" http://%s/api/v1/domains
 
-`, cfg.HTTPAddr, cfg.HTTPAddr, temporal.UIURL, adminKey, cfg.HTTPAddr)
+`, cfg.HTTPAddr, cfg.HTTPAddr, temporal.UIURL, cfg.DKIMHost, cfg.DNSAddr, adminKey, cfg.HTTPAddr)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveAPI(gctx, cfg, st, tc, logger) })
+	g.Go(func() error { return runWorker(gctx, cfg, st, tc, logger) })
+	if cfg.DNSPublisher == "embedded" {
+		g.Go(func() error { return serveDNS(gctx, cfg, st, logger) })
+	}
 	err = g.Wait()
 	fmt.Fprintln(os.Stderr, "stopping...")
 	return err

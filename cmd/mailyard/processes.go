@@ -15,7 +15,11 @@ import (
 
 	"github.com/mailyard/mailyard/api"
 	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/dnsserver"
+	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/verification"
+	"github.com/mailyard/mailyard/worker"
 )
 
 // openStore connects and refuses a schema that is behind this binary.
@@ -43,11 +47,30 @@ func dialTemporal(cfg *config.Config, logger *slog.Logger) (client.Client, error
 
 // serveAPI runs the public and internal listeners until ctx ends.
 func serveAPI(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger) error {
-	srv := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: logger})
+	verifier, err := verification.New(st, cfg.DNSResolver, cfg.SPFHost, cfg.BounceHost)
+	if err != nil {
+		return err
+	}
+	srv := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: logger, Verifier: verifier})
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { srv.Run(ctx); return nil })
 	g.Go(func() error { return serveHTTP(ctx, "api", cfg.HTTPAddr, srv.Handler(), logger) })
 	return g.Wait()
+}
+
+// runWorker runs the Temporal workers until ctx ends.
+func runWorker(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger) error {
+	box, err := secrets.New(cfg.EncryptionKey)
+	if err != nil {
+		return err
+	}
+	return worker.Run(ctx, worker.Deps{Config: cfg, Client: tc, Store: st, Box: box, Logger: logger})
+}
+
+// serveDNS answers for the DKIM zone from the published records in the database.
+func serveDNS(ctx context.Context, cfg *config.Config, st *store.Store, logger *slog.Logger) error {
+	logger.Info("serving DNS", "zone", cfg.DKIMHost, "addr", cfg.DNSAddr)
+	return dnsserver.New(cfg.DKIMHost, st, logger.With("component", "dns")).ListenAndServe(ctx, cfg.DNSAddr)
 }
 
 // serveHTTP listens on addr and shuts down gracefully when ctx ends.
@@ -103,11 +126,35 @@ func cmdAPI(ctx context.Context, logger *slog.Logger) error {
 }
 
 func cmdWorker(ctx context.Context, logger *slog.Logger) error {
-	return errors.New("the worker arrives with the domains capability")
+	cfg, err := config.Load(config.Need{Database: true, EncryptionKey: true})
+	if err != nil {
+		return err
+	}
+	logger.Info("starting worker", "config", cfg.String())
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	tc, err := dialTemporal(cfg, logger)
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	return runWorker(ctx, cfg, st, tc, logger)
 }
 
 func cmdDNS(ctx context.Context, logger *slog.Logger) error {
-	return errors.New("the DNS server arrives with the domains capability")
+	cfg, err := config.Load(config.Need{Database: true})
+	if err != nil {
+		return err
+	}
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return serveDNS(ctx, cfg, st, logger)
 }
 
 func cmdEvents(ctx context.Context, args []string) error {

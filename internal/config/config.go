@@ -12,6 +12,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/mailyard/mailyard/workflows/onboarding"
 )
 
 // Config is the whole configuration. Secrets are kept as bytes or strings here and
@@ -36,6 +38,10 @@ type Config struct {
 
 	WebhookAllowPrivateNetworks bool
 	WebhookAllowHTTP            bool
+
+	// VerifySchedule is how often the onboarding workflow checks DNS; empty means
+	// the default of PRODUCT.md §4.
+	VerifySchedule []onboarding.Step
 }
 
 // RFC2136 names the primary server and TSIG key for dynamic updates.
@@ -102,6 +108,14 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 		DNSResolver:                 str("MAILYARD_DNS_RESOLVER", ""),
 		WebhookAllowPrivateNetworks: boolean("MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS", false),
 		WebhookAllowHTTP:            boolean("MAILYARD_WEBHOOK_ALLOW_HTTP", false),
+	}
+
+	if raw := str("MAILYARD_VERIFY_SCHEDULE", ""); raw != "" {
+		schedule, err := onboarding.ParseSchedule(raw)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("MAILYARD_VERIFY_SCHEDULE: %v", err))
+		}
+		c.VerifySchedule = schedule
 	}
 
 	prio := str("MAILYARD_MX_PRIORITY", "10")

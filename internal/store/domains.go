@@ -221,3 +221,15 @@ func (s *Store) ReopenDomain(ctx context.Context, domainID int64, at time.Time) 
 		Where("id = ?", domainID).Where("status = ?", DomainFailed).Exec(ctx)
 	return err
 }
+
+// DeleteDomain removes a domain and its records (used to undo an add whose
+// onboarding could not start).
+func (s *Store) DeleteDomain(ctx context.Context, domainID int64) error {
+	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewDelete().Model((*DomainRecord)(nil)).Where("domain_id = ?", domainID).Exec(ctx); err != nil {
+			return err
+		}
+		_, err := tx.NewDelete().Model((*Domain)(nil)).Where("id = ?", domainID).Exec(ctx)
+		return err
+	})
+}

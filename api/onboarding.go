@@ -1,0 +1,98 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/verification"
+	"github.com/mailyard/mailyard/workflows/onboarding"
+)
+
+// verifyBudget keeps Verify inside the 10 s PRODUCT.md §4 promises, leaving time to
+// read and answer.
+const verifyBudget = 9 * time.Second
+
+// onboardingRuns starts and talks to domain onboarding workflows.
+type onboardingRuns struct {
+	temporal client.Client
+	store    *store.Store
+	verifier *verification.Verifier
+	schedule []onboarding.Step
+	logger   *slog.Logger
+}
+
+func (o *onboardingRuns) startOptions(domainID int64) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID:        onboarding.WorkflowID(domainID),
+		TaskQueue: onboarding.TaskQueue,
+		// One run at a time per domain; a new run may follow a closed one (a new
+		// verification window).
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+	}
+}
+
+func (o *onboardingRuns) input(d *store.Domain) onboarding.Input {
+	return onboarding.Input{DomainID: d.ID, Schedule: o.schedule, WindowStart: d.WindowStartedAt}
+}
+
+// Start begins onboarding a new domain.
+func (o *onboardingRuns) Start(ctx context.Context, d *store.Domain) error {
+	_, err := o.temporal.ExecuteWorkflow(ctx, o.startOptions(d.ID), onboarding.WorkflowName, o.input(d))
+	return err
+}
+
+// Verify checks a domain's records now. A pending domain is checked by its running
+// workflow through the verify update (started again if its run is gone); a failed
+// domain gets a new window the same way; a verified domain, which has no run any
+// more, is checked directly. Results land in the database, where the caller reads.
+func (o *onboardingRuns) Verify(ctx context.Context, d *store.Domain) error {
+	switch d.Status {
+	case store.DomainVerified:
+		_, err := o.verifier.Verify(ctx, d.ID)
+		return err
+	case store.DomainFailed:
+		now := time.Now().UTC().Truncate(time.Microsecond)
+		if err := o.store.ReopenDomain(ctx, d.ID, now); err != nil {
+			return err
+		}
+		d.WindowStartedAt = now
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, verifyBudget)
+	defer cancel()
+	handle, err := o.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: o.temporal.NewWithStartWorkflowOperation(o.startOptions(d.ID), onboarding.WorkflowName, o.input(d)),
+		UpdateOptions: client.UpdateWorkflowOptions{
+			WorkflowID:   onboarding.WorkflowID(d.ID),
+			UpdateName:   onboarding.VerifyUpdate,
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err == nil {
+		var res onboarding.VerifyResult
+		err = handle.Get(ctx, &res)
+	}
+	var appErr *temporal.ApplicationError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded) && context.Cause(ctx) == context.DeadlineExceeded:
+		// The check goes on in the workflow; answer with what is stored so far.
+		o.logger.WarnContext(ctx, "verify update did not finish in time", "domain_id", d.ID)
+		return nil
+	case errors.As(err, &appErr):
+		// The run was finishing (its validator refused): check directly.
+		_, err := o.verifier.Verify(context.WithoutCancel(ctx), d.ID)
+		return err
+	default:
+		return err
+	}
+}

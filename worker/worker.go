@@ -1,0 +1,49 @@
+// Package worker builds Mailyard's Temporal workers: one per task queue, each with
+// its workflows and the activities that hold their dependencies.
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/secrets"
+	"github.com/mailyard/mailyard/internal/store"
+)
+
+// Deps are what the activities need; the caller owns their lifecycle.
+type Deps struct {
+	Config *config.Config
+	Client client.Client
+	Store  *store.Store
+	Box    *secrets.Box
+	Logger *slog.Logger
+}
+
+// Run starts every worker and blocks until ctx ends, then stops them gracefully
+// (running activities get the worker's stop timeout to finish).
+func Run(ctx context.Context, d Deps) error {
+	builders := []func(Deps) (sdkworker.Worker, error){newDomainWorker, newWebhookWorker}
+	var started []sdkworker.Worker
+	defer func() {
+		for _, w := range started {
+			w.Stop()
+		}
+	}()
+	for _, build := range builders {
+		w, err := build(d)
+		if err != nil {
+			return err
+		}
+		if err := w.Start(); err != nil {
+			return fmt.Errorf("start worker: %w", err)
+		}
+		started = append(started, w)
+	}
+	<-ctx.Done()
+	return nil
+}

@@ -1,0 +1,129 @@
+package onboarding
+
+import (
+	"errors"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// Workflow onboards one domain. See the package comment.
+func Workflow(ctx workflow.Context, in Input) (Result, error) {
+	logger := workflow.GetLogger(ctx)
+	if in.WindowStart.IsZero() {
+		in.WindowStart = workflow.Now(ctx)
+	}
+	p := &Progress{Stage: StageGeneratingKeys, Status: StatusPending, WindowStart: in.WindowStart}
+	if in.KeysPublished {
+		p.Stage = StageChecking
+	}
+
+	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return *p, nil }); err != nil {
+		return Result{}, err
+	}
+	checkCtx := workflow.WithActivityOptions(ctx, checkOptions)
+	check := func(ctx workflow.Context) error {
+		var res CheckResult
+		if err := workflow.ExecuteActivity(ctx, CheckRecordsActivity, in.DomainID).Get(ctx, &res); err != nil {
+			return err
+		}
+		p.Checks++
+		p.LastCheck = res
+		// Never step back: a verify that raced the main loop may already have
+		// seen the domain verified.
+		if p.Status == StatusPending {
+			p.Status = res.Status
+		}
+		return nil
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, VerifyUpdate,
+		func(ctx workflow.Context) (VerifyResult, error) {
+			if err := check(workflow.WithActivityOptions(ctx, checkOptions)); err != nil {
+				return VerifyResult{}, err
+			}
+			return VerifyResult{Status: p.Status}, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func() error {
+			// A finished run cannot check any more; the API checks directly.
+			if p.Stage == StageDone {
+				return errors.New("onboarding is finished")
+			}
+			return nil
+		}},
+	); err != nil {
+		return Result{}, err
+	}
+
+	if !in.KeysPublished {
+		keyCtx := workflow.WithActivityOptions(ctx, keyOptions)
+		if err := workflow.ExecuteActivity(keyCtx, GenerateKeysActivity, in.DomainID).Get(keyCtx, nil); err != nil {
+			return Result{}, err
+		}
+		p.Stage = StagePublishingKeys
+		if err := workflow.ExecuteActivity(keyCtx, PublishKeysActivity, in.DomainID).Get(keyCtx, nil); err != nil {
+			return Result{}, err
+		}
+		in.KeysPublished = true
+		p.Stage = StageChecking
+	}
+
+	for p.Status == StatusPending {
+		if err := check(checkCtx); err != nil {
+			return Result{}, err
+		}
+		if p.Status != StatusPending {
+			break
+		}
+		wait, open := NextWait(in.Schedule, workflow.Now(ctx).Sub(in.WindowStart))
+		if !open {
+			var status string
+			if err := workflow.ExecuteActivity(checkCtx, FailDomainActivity, in.DomainID).Get(checkCtx, &status); err != nil {
+				return Result{}, err
+			}
+			p.Status = status
+			logger.Info("verification window closed", "DomainID", in.DomainID, "Status", status)
+			break
+		}
+		p.NextCheckAt = workflow.Now(ctx).Add(wait)
+		// A verify update may settle the status while we wait.
+		if _, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return p.Status != StatusPending }); err != nil {
+			return Result{}, err
+		}
+		if p.Status == StatusPending && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+				return Result{}, err
+			}
+			return Result{}, workflow.NewContinueAsNewError(ctx, Workflow, in)
+		}
+	}
+
+	p.Stage = StageDone
+	p.NextCheckAt = time.Time{}
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return Result{}, err
+	}
+	logger.Info("onboarding finished", "DomainID", in.DomainID, "Status", p.Status)
+	return Result{Status: p.Status}, nil
+}
+
+// Key generation and publishing retry until they succeed: a publisher that is down
+// (BIND restarting) must delay onboarding, not fail it.
+var keyOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: time.Minute,
+	RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval:    time.Second,
+		BackoffCoefficient: 2,
+		MaximumInterval:    5 * time.Minute,
+	},
+}
+
+// A check answers within 10 s (PRODUCT.md §4); database hiccups are retried.
+var checkOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: 15 * time.Second,
+	RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval:    time.Second,
+		BackoffCoefficient: 2,
+		MaximumInterval:    time.Minute,
+	},
+}

@@ -1,0 +1,188 @@
+package onboarding
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/suite"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+)
+
+type workflowSuite struct {
+	suite.Suite
+	testsuite.WorkflowTestSuite
+	env *testsuite.TestWorkflowEnvironment
+}
+
+func TestWorkflow(t *testing.T) { suite.Run(t, new(workflowSuite)) }
+
+// The activities' signatures, registered under the contract's names; each test
+// decides what they answer with OnActivity.
+func (s *workflowSuite) SetupTest() {
+	s.env = s.NewTestWorkflowEnvironment()
+	s.env.RegisterWorkflowWithOptions(Workflow, workflow.RegisterOptions{Name: WorkflowName})
+	s.env.RegisterActivityWithOptions(func(context.Context, int64) error { return nil }, activity.RegisterOptions{Name: GenerateKeysActivity})
+	s.env.RegisterActivityWithOptions(func(context.Context, int64) error { return nil }, activity.RegisterOptions{Name: PublishKeysActivity})
+	s.env.RegisterActivityWithOptions(func(context.Context, int64) (CheckResult, error) { return CheckResult{}, nil }, activity.RegisterOptions{Name: CheckRecordsActivity})
+	s.env.RegisterActivityWithOptions(func(context.Context, int64) (string, error) { return "", nil }, activity.RegisterOptions{Name: FailDomainActivity})
+}
+
+func (s *workflowSuite) AfterTest(_, _ string) { s.env.AssertExpectations(s.T()) }
+
+// checksAnswer makes the check activity answer pending until call number
+// verifiedAt (1-based; 0 = never), recording when each check ran.
+func (s *workflowSuite) checksAnswer(verifiedAt int, at *[]time.Duration, start time.Time) {
+	calls := 0
+	s.env.OnActivity(CheckRecordsActivity, mock.Anything, int64(7)).Return(
+		func(context.Context, int64) (CheckResult, error) {
+			calls++
+			*at = append(*at, s.env.Now().Sub(start))
+			if verifiedAt > 0 && calls >= verifiedAt {
+				return CheckResult{Status: StatusVerified, Verified: 4, Total: 4}, nil
+			}
+			return CheckResult{Status: StatusPending, Verified: 1, Total: 4}, nil
+		})
+}
+
+func (s *workflowSuite) result() Result {
+	s.True(s.env.IsWorkflowCompleted())
+	s.NoError(s.env.GetWorkflowError())
+	var r Result
+	s.NoError(s.env.GetWorkflowResult(&r))
+	return r
+}
+
+func (s *workflowSuite) TestVerifiedOnTwelfthCheck() {
+	s.env.OnActivity(GenerateKeysActivity, mock.Anything, int64(7)).Return(nil).Once()
+	s.env.OnActivity(PublishKeysActivity, mock.Anything, int64(7)).Return(nil).Once()
+	var at []time.Duration
+	s.checksAnswer(12, &at, s.env.Now())
+	s.env.ExecuteWorkflow(WorkflowName, Input{DomainID: 7})
+
+	s.Equal(StatusVerified, s.result().Status)
+	// Every minute up to 10 minutes (11 checks), then the next at 15 minutes.
+	s.Len(at, 12)
+	s.Equal(10*time.Minute, at[10])
+	s.Equal(15*time.Minute, at[11])
+}
+
+func (s *workflowSuite) TestFailsWhenTheWindowCloses() {
+	s.env.OnActivity(GenerateKeysActivity, mock.Anything, int64(7)).Return(nil).Once()
+	s.env.OnActivity(PublishKeysActivity, mock.Anything, int64(7)).Return(nil).Once()
+	s.env.OnActivity(FailDomainActivity, mock.Anything, int64(7)).Return(StatusFailed, nil).Once()
+	var at []time.Duration
+	s.checksAnswer(0, &at, s.env.Now())
+	s.env.ExecuteWorkflow(WorkflowName, Input{DomainID: 7})
+
+	s.Equal(StatusFailed, s.result().Status)
+	// 11 checks in the first 10 minutes, 10 more until 1 hour, 142 more every
+	// 30 minutes until 72 hours; the last exactly at 72 hours.
+	s.Len(at, 11+10+142)
+	s.Equal(72*time.Hour, at[len(at)-1])
+	s.Equal(time.Hour+30*time.Minute, at[21])
+}
+
+func (s *workflowSuite) TestVerifyNowInTheMiddle() {
+	s.env.OnActivity(GenerateKeysActivity, mock.Anything, int64(7)).Return(nil).Once()
+	s.env.OnActivity(PublishKeysActivity, mock.Anything, int64(7)).Return(nil).Once()
+	var at []time.Duration
+	// Checks at 0, 1, 2, 3 minutes are pending; the verify at 3m30s is the 5th.
+	s.checksAnswer(5, &at, s.env.Now())
+	var updated *VerifyResult
+	s.env.RegisterDelayedCallback(func() {
+		s.env.UpdateWorkflow(VerifyUpdate, "verify-1", &testsuite.TestUpdateCallback{
+			OnReject:   func(err error) { s.Fail("verify rejected", err) },
+			OnAccept:   func() {},
+			OnComplete: func(v interface{}, err error) { s.NoError(err); r := v.(VerifyResult); updated = &r },
+		})
+	}, 3*time.Minute+30*time.Second)
+	s.env.ExecuteWorkflow(WorkflowName, Input{DomainID: 7})
+
+	s.Equal(StatusVerified, s.result().Status)
+	s.Require().NotNil(updated)
+	s.Equal(StatusVerified, updated.Status)
+	s.Len(at, 5)
+	s.Equal(3*time.Minute+30*time.Second, at[4], "the workflow ended right after the verify, without waiting for its timer")
+}
+
+func (s *workflowSuite) TestRestartedWindowSkipsKeysAndCountsFromItsStart() {
+	// A failed domain's new window: keys exist, the window opened 71 hours ago in
+	// this test (as if continued), so the schedule is in its last step.
+	start := s.env.Now().Add(-71 * time.Hour)
+	var at []time.Duration
+	s.checksAnswer(0, &at, s.env.Now())
+	s.env.OnActivity(FailDomainActivity, mock.Anything, int64(7)).Return(StatusFailed, nil).Once()
+	s.env.ExecuteWorkflow(WorkflowName, Input{DomainID: 7, WindowStart: start, KeysPublished: true})
+
+	s.Equal(StatusFailed, s.result().Status)
+	// Checks at 71h, 71h30, 72h relative to the window: three.
+	s.Len(at, 3)
+	s.Equal(time.Hour, at[2])
+}
+
+func (s *workflowSuite) TestCustomScheduleAndPublisherRetry() {
+	s.env.OnActivity(GenerateKeysActivity, mock.Anything, int64(7)).Return(nil).Once()
+	s.env.OnActivity(PublishKeysActivity, mock.Anything, int64(7)).Return(errors.New("publisher down")).Once()
+	s.env.OnActivity(PublishKeysActivity, mock.Anything, int64(7)).Return(nil).Once()
+	var at []time.Duration
+	s.checksAnswer(4, &at, s.env.Now())
+	s.env.ExecuteWorkflow(WorkflowName, Input{DomainID: 7, Schedule: []Step{{Every: 10 * time.Second, Until: time.Minute}}})
+
+	s.Equal(StatusVerified, s.result().Status)
+	s.Len(at, 4)
+	s.Equal(30*time.Second, at[3]-at[0])
+}
+
+func (s *workflowSuite) TestVerifyIsRejectedAfterTheEnd() {
+	s.env.OnActivity(GenerateKeysActivity, mock.Anything, int64(7)).Return(nil)
+	s.env.OnActivity(PublishKeysActivity, mock.Anything, int64(7)).Return(nil)
+	var at []time.Duration
+	s.checksAnswer(1, &at, s.env.Now())
+	var progress Progress
+	s.env.ExecuteWorkflow(WorkflowName, Input{DomainID: 7})
+	s.Equal(StatusVerified, s.result().Status)
+	v, err := s.env.QueryWorkflow(ProgressQuery)
+	s.NoError(err)
+	s.NoError(v.Get(&progress))
+	s.Equal(StageDone, progress.Stage)
+	s.Equal(1, progress.Checks)
+}
+
+func TestNextWait(t *testing.T) {
+	cases := []struct {
+		elapsed time.Duration
+		want    time.Duration
+		open    bool
+	}{
+		{0, time.Minute, true},
+		{9 * time.Minute, time.Minute, true},
+		{10 * time.Minute, 5 * time.Minute, true},
+		{59 * time.Minute, 5 * time.Minute, true},
+		{time.Hour, 30 * time.Minute, true},
+		{71*time.Hour + 50*time.Minute, 10 * time.Minute, true},
+		{72 * time.Hour, 0, false},
+	}
+	for _, c := range cases {
+		got, open := NextWait(nil, c.elapsed)
+		if got != c.want || open != c.open {
+			t.Errorf("NextWait(%s) = %s %v, want %s %v", c.elapsed, got, open, c.want, c.open)
+		}
+	}
+}
+
+func TestParseSchedule(t *testing.T) {
+	steps, err := ParseSchedule("1m/10m,5m/1h,30m/72h")
+	if err != nil || len(steps) != 3 || steps[2] != DefaultSchedule[2] {
+		t.Fatalf("%v %v", steps, err)
+	}
+	for _, bad := range []string{"", "1m", "1m/10m,5m/5m", "0s/1m", "x/1h"} {
+		if _, err := ParseSchedule(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
