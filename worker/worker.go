@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
@@ -22,6 +23,9 @@ type Deps struct {
 	Store  *store.Store
 	Box    *secrets.Box
 	Logger *slog.Logger
+	// WebhookClient sends webhook deliveries; nil builds webhook.NewClient
+	// from Config (tests pass one that trusts their receiver's CA).
+	WebhookClient *http.Client
 }
 
 // Run starts every worker and blocks until ctx ends, then stops them gracefully

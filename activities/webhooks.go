@@ -1,0 +1,114 @@
+// Package activities holds the Temporal activities: structs whose fields are
+// their dependencies, so tests hand them real or substitute parts.
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/mailyard/mailyard/internal/secrets"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/webhook"
+	"github.com/mailyard/mailyard/workflows/delivery"
+)
+
+// Webhooks makes delivery attempts.
+type Webhooks struct {
+	Store *store.Store
+	Box   *secrets.Box
+	// Client is a webhook.NewClient client: SSRF-safe, no proxies, no
+	// redirects, 15 s per attempt.
+	Client *http.Client
+}
+
+// SecretBinding names the row a webhook's signing secret is sealed to.
+func SecretBinding(webhookID int64) []byte { return secrets.Binding("webhooks", webhookID) }
+
+// Attempt makes one delivery attempt: it loads the webhook, its secret and
+// the stored body, signs and POSTs them, and records the attempt. Receiver
+// failures are results, not errors; an error means the attempt could not be
+// made or recorded, and Temporal retries it.
+func (a *Webhooks) Attempt(ctx context.Context, in delivery.AttemptInput) (delivery.AttemptResult, error) {
+	d, w, err := a.Store.DeliveryWithWebhook(ctx, in.DeliveryID)
+	if errors.Is(err, store.ErrNotFound) {
+		return delivery.AttemptResult{Verdict: delivery.WebhookGone}, nil
+	}
+	if err != nil {
+		return delivery.AttemptResult{}, err
+	}
+	if d.Status != store.DeliveryPending {
+		return delivery.AttemptResult{Verdict: delivery.AlreadyFinished}, nil
+	}
+	if w.Status != store.WebhookEnabled {
+		return delivery.AttemptResult{Verdict: delivery.WebhookGone}, a.Store.FinishDelivery(ctx, d.ID, store.DeliveryFailed)
+	}
+	secret, err := a.Box.Open(w.SecretEnc, SecretBinding(w.ID))
+	if err != nil {
+		// No retry can fix a secret sealed under another key; the operator
+		// must. The message names ids only.
+		if ferr := a.Store.FinishDelivery(ctx, d.ID, store.DeliveryFailed); ferr != nil {
+			return delivery.AttemptResult{}, ferr
+		}
+		return delivery.AttemptResult{}, temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("signing secret of webhook %d cannot be decrypted (is MAILYARD_ENCRYPTION_KEY the one it was created with?)", w.ID),
+			"SecretUnreadable", nil)
+	}
+
+	started := time.Now()
+	out := webhook.Send(ctx, a.Client, webhook.Delivery{
+		URL: w.URL, Secret: string(secret), ID: d.ID, EventType: d.EventType, Body: d.Body, AttemptTime: started,
+	})
+	if err := ctx.Err(); err != nil {
+		// The worker is stopping or the workflow was cancelled: nothing to
+		// report to the customer, and Temporal decides whether to retry.
+		return delivery.AttemptResult{}, err
+	}
+	result, effect := judge(out, in.Final)
+	if err := a.Store.RecordAttempt(ctx, attemptRow(d.ID, started, out), w.ID, effect); err != nil {
+		return delivery.AttemptResult{}, err
+	}
+	return result, nil
+}
+
+// judge maps an outcome to the workflow's verdict and to the change in the
+// database.
+func judge(out webhook.Outcome, final bool) (delivery.AttemptResult, store.AttemptEffect) {
+	r := delivery.AttemptResult{StatusCode: out.StatusCode}
+	switch out.Verdict {
+	case webhook.Success:
+		r.Verdict = delivery.Delivered
+		return r, store.AttemptEffect{Status: store.DeliveryDelivered}
+	case webhook.Gone:
+		r.Verdict = delivery.ReceiverGone
+		return r, store.AttemptEffect{Status: store.DeliveryFailed, DisableWebhook: true}
+	}
+	r.Verdict, r.RetryAfter = delivery.Retry, out.RetryAfter
+	if final {
+		return r, store.AttemptEffect{Status: store.DeliveryFailed}
+	}
+	return r, store.AttemptEffect{}
+}
+
+func attemptRow(deliveryID string, started time.Time, out webhook.Outcome) *store.DeliveryAttempt {
+	row := &store.DeliveryAttempt{
+		DeliveryID:        deliveryID,
+		AttemptedAt:       started.UTC().Truncate(time.Microsecond),
+		DurationMS:        out.Duration.Milliseconds(),
+		ResponseBody:      out.ResponseBody,
+		ResponseTruncated: out.ResponseTruncated,
+	}
+	if out.StatusCode != 0 {
+		code := out.StatusCode
+		row.StatusCode = &code
+	}
+	if out.Error != "" {
+		msg := out.Error
+		row.Error = &msg
+	}
+	return row
+}

@@ -1,0 +1,27 @@
+package worker
+
+import (
+	"go.temporal.io/sdk/activity"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/mailyard/mailyard/activities"
+	"github.com/mailyard/mailyard/internal/webhook"
+	"github.com/mailyard/mailyard/workflows/delivery"
+)
+
+// newWebhookWorker runs delivery workflows and their attempts.
+func newWebhookWorker(d Deps) (sdkworker.Worker, error) {
+	client := d.WebhookClient
+	if client == nil {
+		client = webhook.NewClient(webhook.Policy{
+			AllowHTTP:            d.Config.WebhookAllowHTTP,
+			AllowPrivateNetworks: d.Config.WebhookAllowPrivateNetworks,
+		})
+	}
+	w := sdkworker.New(d.Client, delivery.TaskQueue, sdkworker.Options{})
+	w.RegisterWorkflowWithOptions(delivery.Workflow, workflow.RegisterOptions{Name: delivery.WorkflowName})
+	a := &activities.Webhooks{Store: d.Store, Box: d.Box, Client: client}
+	w.RegisterActivityWithOptions(a.Attempt, activity.RegisterOptions{Name: delivery.AttemptActivity})
+	return w, nil
+}

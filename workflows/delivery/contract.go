@@ -1,0 +1,97 @@
+// Package delivery is the per-delivery webhook workflow: one workflow
+// "webhook-delivery:<delivery_id>" walks the retry schedule, one activity
+// attempt at a time, until the receiver accepts the event, the schedule runs
+// out, or the webhook is gone.
+//
+// This file is the contract shared by the API (which starts the workflow) and
+// the worker (which runs it). Everything that crosses Temporal is an id, a
+// status or a duration: the URL, the signing secret and the event's personal
+// data stay in the database, where the activity reads them.
+package delivery
+
+import "time"
+
+// TaskQueue is where delivery workflows and their activities run.
+const TaskQueue = "mailyard-webhooks"
+
+// WorkflowName and AttemptActivity are the registered type names; they are
+// part of the recorded histories and never change.
+const (
+	WorkflowName    = "WebhookDelivery"
+	AttemptActivity = "AttemptWebhookDelivery"
+)
+
+// WorkflowID is the business key of a delivery's workflow. A retry of the
+// delivery is a new run under the same id.
+func WorkflowID(deliveryID string) string { return "webhook-delivery:" + deliveryID }
+
+// DefaultSchedule is the wait before each attempt (PRODUCT.md §6): eight
+// attempts over about 28 hours. Every wait but the first gets ±20 % jitter.
+var DefaultSchedule = []time.Duration{
+	0,
+	5 * time.Second,
+	5 * time.Minute,
+	30 * time.Minute,
+	2 * time.Hour,
+	5 * time.Hour,
+	10 * time.Hour,
+	10 * time.Hour,
+}
+
+// Input starts a delivery's attempt series.
+type Input struct {
+	DeliveryID string `json:"delivery_id"`
+	// Schedule overrides DefaultSchedule (tests and benchmarks shorten it).
+	Schedule []time.Duration `json:"schedule,omitempty"`
+}
+
+// AttemptInput asks the activity for one attempt.
+type AttemptInput struct {
+	DeliveryID string `json:"delivery_id"`
+	// Attempt counts from 1 within the series.
+	Attempt int `json:"attempt"`
+	// Final is set on the last attempt of the schedule: if it fails, the
+	// delivery is failed.
+	Final bool `json:"final"`
+}
+
+// Verdict is what an attempt means for the series.
+type Verdict string
+
+const (
+	// Delivered: the receiver answered 2xx.
+	Delivered Verdict = "delivered"
+	// Retry: the attempt failed; the schedule goes on (or ends, if Final).
+	Retry Verdict = "retry"
+	// ReceiverGone: the receiver answered 410; the webhook is now disabled.
+	ReceiverGone Verdict = "receiver_gone"
+	// WebhookGone: the webhook was deleted or disabled before the attempt;
+	// nothing was sent.
+	WebhookGone Verdict = "webhook_gone"
+	// AlreadyFinished: the delivery was already final (an attempt of a
+	// crashed worker was recorded, then retried); nothing was sent.
+	AlreadyFinished Verdict = "already_finished"
+)
+
+// AttemptResult is the activity's answer: statuses only.
+type AttemptResult struct {
+	Verdict Verdict `json:"verdict"`
+	// StatusCode is the HTTP status, or 0 when no response arrived.
+	StatusCode int `json:"status_code,omitempty"`
+	// RetryAfter is what a 429 or 503 asked for, before clamping.
+	RetryAfter time.Duration `json:"retry_after,omitempty"`
+}
+
+// Delivery statuses as the workflow reports them (the same words as the
+// delivery log).
+const (
+	StatusDelivered = "delivered"
+	StatusFailed    = "failed"
+)
+
+// Result ends the workflow.
+type Result struct {
+	Status   string  `json:"status"`
+	Attempts int     `json:"attempts"`
+	Verdict  Verdict `json:"verdict"`
+}
