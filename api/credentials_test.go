@@ -14,9 +14,9 @@ import (
 	"github.com/mailyard/mailyard/internal/store"
 )
 
-// addDomain stores a domain of the organization in the given status, as the
+// domainInStatus stores a domain of the organization in the given status, as the
 // onboarding workflow would leave it.
-func (h *harness) addDomain(orgID int64, name, status string) int64 {
+func (h *harness) domainInStatus(orgID int64, name, status string) int64 {
 	h.t.Helper()
 	token, err := keys.RandomString(32, keys.LowerAlnum)
 	if err != nil {
@@ -29,8 +29,8 @@ func (h *harness) addDomain(orgID int64, name, status string) int64 {
 	return d.ID
 }
 
-// createCredential creates a credential through the API and returns its id and key.
-func (h *harness) createCredential(key string, domainID int64, label string, perms ...string) (int64, string) {
+// issueCredential creates a credential through the API and returns its id and key.
+func (h *harness) issueCredential(key string, domainID int64, label string, perms ...string) (int64, string) {
 	h.t.Helper()
 	d := h.do("POST", "/api/v1/credentials", key, map[string]any{
 		"sending_domain_id": domainID, "label": label, "permissions": perms,
@@ -40,7 +40,7 @@ func (h *harness) createCredential(key string, domainID int64, label string, per
 
 func TestCreateCredential(t *testing.T) {
 	h := newHarness(t)
-	domainID := h.addDomain(h.orgID, "send.example", store.DomainVerified)
+	domainID := h.domainInStatus(h.orgID, "send.example", store.DomainVerified)
 
 	r := h.do("POST", "/api/v1/credentials", h.adminKey, map[string]any{
 		"sending_domain_id": domainID, "label": "  production sender  ", "permissions": []string{"send", "stats"},
@@ -78,18 +78,18 @@ func TestCreateCredential(t *testing.T) {
 
 	// The key works at once; a send+stats key is refused admin operations.
 	h.do("GET", "/api/v1/credentials", secret, nil).expectError(t, 403, "forbidden")
-	_, adminSecret := h.createCredential(h.adminKey, domainID, "ops", "admin")
+	_, adminSecret := h.issueCredential(h.adminKey, domainID, "ops", "admin")
 	h.do("GET", "/api/v1/credentials", adminSecret, nil).data(t, 200)
 }
 
 func TestListCredentials(t *testing.T) {
 	h := newHarness(t)
-	domainID := h.addDomain(h.orgID, "list.example", store.DomainVerified)
-	id, _ := h.createCredential(h.adminKey, domainID, "sender", "send")
-	revokedID, _ := h.createCredential(h.adminKey, domainID, "old", "stats")
+	domainID := h.domainInStatus(h.orgID, "list.example", store.DomainVerified)
+	id, _ := h.issueCredential(h.adminKey, domainID, "sender", "send")
+	revokedID, _ := h.issueCredential(h.adminKey, domainID, "old", "stats")
 	h.do("DELETE", fmt.Sprintf("/api/v1/credentials/%d", revokedID), h.adminKey, nil).data(t, 200)
 	otherOrg, _ := h.newOrg("other")
-	h.addDomain(otherOrg, "other.example", store.DomainVerified)
+	h.domainInStatus(otherOrg, "other.example", store.DomainVerified)
 
 	list := h.do("GET", "/api/v1/credentials", h.adminKey, nil).data(t, 200)["credentials"].([]any)
 	if len(list) != 2 {
@@ -126,11 +126,11 @@ func TestListCredentials(t *testing.T) {
 
 func TestCreateCredentialRefusals(t *testing.T) {
 	h := newHarness(t)
-	verified := h.addDomain(h.orgID, "ok.example", store.DomainVerified)
-	pending := h.addDomain(h.orgID, "pending.example", store.DomainPending)
-	failed := h.addDomain(h.orgID, "failed.example", store.DomainFailed)
+	verified := h.domainInStatus(h.orgID, "ok.example", store.DomainVerified)
+	pending := h.domainInStatus(h.orgID, "pending.example", store.DomainPending)
+	failed := h.domainInStatus(h.orgID, "failed.example", store.DomainFailed)
 	otherOrg, _ := h.newOrg("other")
-	foreign := h.addDomain(otherOrg, "foreign.example", store.DomainVerified)
+	foreign := h.domainInStatus(otherOrg, "foreign.example", store.DomainVerified)
 
 	body := func(domainID int64) map[string]any {
 		return map[string]any{"sending_domain_id": domainID, "label": "x", "permissions": []string{"send"}}
@@ -179,8 +179,8 @@ func TestCreateCredentialRefusals(t *testing.T) {
 
 func TestDeleteCredential(t *testing.T) {
 	h := newHarness(t)
-	domainID := h.addDomain(h.orgID, "del.example", store.DomainVerified)
-	id, secret := h.createCredential(h.adminKey, domainID, "to revoke", "admin")
+	domainID := h.domainInStatus(h.orgID, "del.example", store.DomainVerified)
+	id, secret := h.issueCredential(h.adminKey, domainID, "to revoke", "admin")
 	h.do("GET", "/api/v1/credentials", secret, nil).data(t, 200)
 
 	path := fmt.Sprintf("/api/v1/credentials/%d", id)
@@ -203,16 +203,16 @@ func TestDeleteCredential(t *testing.T) {
 
 func TestCredentialRevokesItself(t *testing.T) {
 	h := newHarness(t)
-	domainID := h.addDomain(h.orgID, "self.example", store.DomainVerified)
-	id, secret := h.createCredential(h.adminKey, domainID, "self", "admin")
+	domainID := h.domainInStatus(h.orgID, "self.example", store.DomainVerified)
+	id, secret := h.issueCredential(h.adminKey, domainID, "self", "admin")
 	h.do("DELETE", fmt.Sprintf("/api/v1/credentials/%d", id), secret, nil).data(t, 200)
 	h.do("GET", "/api/v1/credentials", secret, nil).expectError(t, 401, "unauthorized")
 }
 
 func TestConcurrentDeletesRevokeOnce(t *testing.T) {
 	h := newHarness(t)
-	domainID := h.addDomain(h.orgID, "race.example", store.DomainVerified)
-	id, _ := h.createCredential(h.adminKey, domainID, "raced", "send")
+	domainID := h.domainInStatus(h.orgID, "race.example", store.DomainVerified)
+	id, _ := h.issueCredential(h.adminKey, domainID, "raced", "send")
 	path := fmt.Sprintf("/api/v1/credentials/%d", id)
 	statuses := make(chan int, 2)
 	var wg sync.WaitGroup
