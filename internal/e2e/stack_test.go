@@ -1,0 +1,166 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/mailyard/mailyard/internal/temporaldev"
+	"github.com/mailyard/mailyard/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+const testEncryptionKey = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+
+// stack is Mailyard running as separate api, worker and dns processes.
+type stack struct {
+	t           *testing.T
+	env         []string
+	apiURL      string
+	dnsAddr     string
+	temporal    string
+	adminKey    string
+	customer    *testenv.DNSZone
+	temporalC   client.Client
+	databaseURL string
+}
+
+func startStack(t *testing.T, extraEnv ...string) *stack {
+	t.Helper()
+	s := &stack{t: t, customer: testenv.StartDNSZone(t), temporal: testenv.Temporal(t), databaseURL: testenv.PostgresURL(t)}
+	httpAddr := testenv.FreeAddr(t)
+	s.dnsAddr = testenv.FreeAddr(t)
+	s.apiURL = "http://" + httpAddr
+	s.env = append([]string{
+		"MAILYARD_DATABASE_URL=" + s.databaseURL,
+		"TEMPORAL_ADDRESS=" + s.temporal,
+		"MAILYARD_ENCRYPTION_KEY=" + testEncryptionKey,
+		"MAILYARD_INTERNAL_TOKEN=e2e-internal-token",
+		"MAILYARD_HTTP_ADDR=" + httpAddr,
+		"MAILYARD_INTERNAL_ADDR=" + testenv.FreeAddr(t),
+		"MAILYARD_DNS_ADDR=" + s.dnsAddr,
+		"MAILYARD_DNS_RESOLVER=" + s.customer.Addr,
+	}, extraEnv...)
+
+	s.run("migrate")
+	out := s.run("org", "create", "acme")
+	key := regexp.MustCompile(`myk_[0-9A-Za-z]+`).FindString(out)
+	if key == "" {
+		t.Fatalf("org create printed no key: %s", out)
+	}
+	s.adminKey = key
+
+	testenv.Start(t, s.env, "api")
+	testenv.Start(t, s.env, "worker")
+	testenv.Start(t, s.env, "dns")
+	testenv.WaitListening(t, httpAddr, 30*time.Second)
+	testenv.WaitListening(t, s.dnsAddr, 30*time.Second)
+
+	c, err := client.Dial(client.Options{HostPort: s.temporal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	s.temporalC = c
+	return s
+}
+
+// run runs a short-lived subcommand to completion.
+func (s *stack) run(args ...string) string {
+	s.t.Helper()
+	cmd := exec.Command(testenv.Binary(s.t), args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, s.env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		s.t.Fatalf("mailyard %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// call sends an API request with the admin key and decodes the envelope's data.
+func (s *stack) call(method, path string, body any, wantStatus int) map[string]any {
+	s.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, s.apiURL+path, rd)
+	req.Header.Set("Authorization", "Bearer "+s.adminKey)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode != wantStatus {
+		s.t.Fatalf("%s %s: status %d, want %d: %s", method, path, res.StatusCode, wantStatus, raw)
+	}
+	var env struct {
+		Status string         `json:"status"`
+		Data   map[string]any `json:"data"`
+	}
+	if err := json.Unmarshal(raw, &env); err != nil {
+		s.t.Fatalf("%s %s: %v: %s", method, path, err, raw)
+	}
+	return env.Data
+}
+
+// historyJSON exports a workflow run's history with the Temporal CLI, in the
+// format the replayer reads.
+func (s *stack) historyJSON(workflowID, runID string) []byte {
+	s.t.Helper()
+	bin, err := temporaldev.FindBinary()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	args := []string{"workflow", "show", "--address", s.temporal, "--workflow-id", workflowID, "--output", "json"}
+	if runID != "" {
+		args = append(args, "--run-id", runID)
+	}
+	out, err := exec.Command(bin, args...).Output()
+	if err != nil {
+		s.t.Fatalf("temporal workflow show %s: %v", workflowID, err)
+	}
+	return out
+}
+
+// recordHistory keeps a history under a workflow package's testdata when
+// MAILYARD_RECORD_HISTORIES is set, for the replay tests.
+func recordHistory(t *testing.T, path string, history []byte) {
+	if os.Getenv("MAILYARD_RECORD_HISTORIES") == "" {
+		return
+	}
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, history, "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, pretty.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("recorded %s", path)
+}
+
+func contains(haystack []byte, needles ...string) string {
+	for _, n := range needles {
+		if n != "" && bytes.Contains(haystack, []byte(n)) {
+			return n
+		}
+	}
+	return ""
+}
