@@ -26,9 +26,6 @@ type Webhooks struct {
 	Client *http.Client
 }
 
-// SecretBinding names the row a webhook's signing secret is sealed to.
-func SecretBinding(webhookID int64) []byte { return secrets.Binding("webhooks", webhookID) }
-
 // Attempt makes one delivery attempt: it loads the webhook, its secret and
 // the stored body, signs and POSTs them, and records the attempt. Receiver
 // failures are results, not errors; an error means the attempt could not be
@@ -47,7 +44,7 @@ func (a *Webhooks) Attempt(ctx context.Context, in delivery.AttemptInput) (deliv
 	if w.Status != store.WebhookEnabled {
 		return delivery.AttemptResult{Verdict: delivery.WebhookGone}, a.Store.FinishDelivery(ctx, d.ID, store.DeliveryFailed)
 	}
-	secret, err := a.Box.Open(w.SecretEnc, SecretBinding(w.ID))
+	secret, err := a.Box.Open(w.SecretEnc, store.WebhookSecretBinding(w.ID))
 	if err != nil {
 		// No retry can fix a secret sealed under another key; the operator
 		// must. The message names ids only.

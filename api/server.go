@@ -6,6 +6,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
@@ -28,6 +29,8 @@ type Deps struct {
 	Logger   *slog.Logger
 	// Verifier checks domains that have no onboarding run (verified ones).
 	Verifier *verification.Verifier
+	// DeliverySchedule overrides the webhook retry schedule (tests).
+	DeliverySchedule []time.Duration
 }
 
 // Server holds the public and internal handlers.
@@ -39,6 +42,7 @@ type Server struct {
 	usage    *usageRecorder
 
 	onboarding *onboardingRuns
+	deliveries *deliveryRuns
 
 	api     huma.API
 	handler http.Handler
@@ -48,6 +52,7 @@ type Server struct {
 func New(d Deps) *Server {
 	installErrorModel(d.Logger)
 	s := &Server{cfg: d.Config, store: d.Store, temporal: d.Temporal, logger: d.Logger, usage: newUsageRecorder(d.Store, d.Logger)}
+	s.deliveries = &deliveryRuns{temporal: d.Temporal, schedule: d.DeliverySchedule, logger: d.Logger}
 	s.onboarding = &onboardingRuns{temporal: d.Temporal, store: d.Store, verifier: d.Verifier, schedule: d.Config.VerifySchedule, logger: d.Logger}
 
 	mux := http.NewServeMux()
@@ -56,6 +61,7 @@ func New(d Deps) *Server {
 	s.registerHealth()
 	s.registerDomains()
 	s.registerCredentials()
+	s.registerWebhooks()
 
 	s.handler = withRequestID(d.Logger, withEnvelopedFallbacks(mux))
 	return s

@@ -20,8 +20,16 @@ func newWebhookWorker(d Deps) (sdkworker.Worker, error) {
 		})
 	}
 	w := sdkworker.New(d.Client, delivery.TaskQueue, sdkworker.Options{})
-	w.RegisterWorkflowWithOptions(delivery.Workflow, workflow.RegisterOptions{Name: delivery.WorkflowName})
-	a := &activities.Webhooks{Store: d.Store, Box: d.Box, Client: client}
-	w.RegisterActivityWithOptions(a.Attempt, activity.RegisterOptions{Name: delivery.AttemptActivity})
+	RegisterWebhooks(w, &activities.Webhooks{Store: d.Store, Box: d.Box, Client: client})
 	return w, nil
+}
+
+// RegisterWebhooks registers the delivery workflow and its activity under the
+// names of the contract; a replayer passes a nil activity struct.
+func RegisterWebhooks(r Registry, a *activities.Webhooks) {
+	r.RegisterWorkflowWithOptions(delivery.Workflow, workflow.RegisterOptions{Name: delivery.WorkflowName})
+	if a == nil {
+		return
+	}
+	r.RegisterActivityWithOptions(a.Attempt, activity.RegisterOptions{Name: delivery.AttemptActivity})
 }

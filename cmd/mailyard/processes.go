@@ -55,6 +55,7 @@ func serveAPI(ctx context.Context, cfg *config.Config, st *store.Store, tc clien
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { srv.Run(ctx); return nil })
 	g.Go(func() error { return serveHTTP(ctx, "api", cfg.HTTPAddr, srv.Handler(), logger) })
+	g.Go(func() error { return serveHTTP(ctx, "internal", cfg.InternalAddr, srv.InternalHandler(), logger) })
 	return g.Wait()
 }
 
@@ -155,8 +156,4 @@ func cmdDNS(ctx context.Context, logger *slog.Logger) error {
 	}
 	defer st.Close()
 	return serveDNS(ctx, cfg, st, logger)
-}
-
-func cmdEvents(ctx context.Context, args []string) error {
-	return errors.New("event ingest arrives with the webhooks capability")
 }

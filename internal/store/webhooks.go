@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+
+	"github.com/mailyard/mailyard/internal/secrets"
 )
 
 // Webhook statuses. A disabled webhook (its receiver answered 410) keeps its
@@ -61,6 +63,10 @@ func (e EventTypes) Has(t string) bool {
 	}
 	return false
 }
+
+// WebhookSecretBinding names the row a webhook's signing secret is sealed to,
+// so a ciphertext copied to another webhook does not decrypt.
+func WebhookSecretBinding(webhookID int64) []byte { return secrets.Binding("webhooks", webhookID) }
 
 // Webhook is a customer's subscription to email events.
 type Webhook struct {

@@ -1,0 +1,129 @@
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+
+	"github.com/mailyard/mailyard/internal/domainname"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/webhook"
+)
+
+// IngestEventInput is an email event from the sending pipeline.
+type IngestEventInput struct {
+	Body struct {
+		EventID   string    `json:"event_id" minLength:"1" maxLength:"200" doc:"The pipeline's id of the event; a repeat is answered like the first time and creates nothing." example:"evt_01JD6Q"`
+		Domain    string    `json:"domain" minLength:"1" maxLength:"253" doc:"The sending domain; it must be verified." example:"example.com"`
+		EventType string    `json:"event_type" enum:"delivered,bounced,complained,opened,clicked"`
+		Timestamp time.Time `json:"timestamp" doc:"When the event happened, RFC 3339."`
+		MessageID string    `json:"message_id" maxLength:"998"`
+		ToEmail   string    `json:"to_email" maxLength:"320"`
+		Subject   string    `json:"subject" maxLength:"998"`
+	}
+}
+
+// IngestEventData lists the deliveries the event fans out to.
+type IngestEventData struct {
+	EventID     string   `json:"event_id"`
+	DeliveryIDs []string `json:"delivery_ids" doc:"One per enabled webhook that subscribes to the event type."`
+}
+
+// IngestEventResponse answers 202: the deliveries are stored and scheduled.
+type IngestEventResponse = Response[IngestEventData]
+
+// InternalHandler is the internal listener's handler (event ingest), with the
+// same envelope and error model as the public API and its own bearer token,
+// MAILYARD_INTERNAL_TOKEN. Call it once per listener.
+func (s *Server) InternalHandler() http.Handler {
+	mux := http.NewServeMux()
+	cfg := huma.DefaultConfig("Mailyard internal", "1.0.0")
+	cfg.Info.Description = "Event ingest from the sending pipeline."
+	cfg.CreateHooks = nil
+	cfg.DocsPath = ""
+	cfg.OpenAPIPath = "/internal/openapi"
+	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		bearerScheme: {Type: "http", Scheme: "bearer", Description: "MAILYARD_INTERNAL_TOKEN"},
+	}
+	internal := humago.New(mux, cfg)
+	internal.UseMiddleware(s.requireInternalToken(internal))
+	huma.Register(internal, huma.Operation{
+		OperationID: "ingest-event", Method: http.MethodPost, Path: "/internal/v1/events", DefaultStatus: http.StatusAccepted,
+		Summary:      "Ingest email event",
+		Description:  "Stores the event and fans it out to one delivery per enabled webhook of the domain's organizations that subscribes to its type. Idempotent on event_id. 503 means the deliveries are stored but not all could be scheduled: send the same event again.",
+		Security:     []map[string][]string{{bearerScheme: {}}},
+		MaxBodyBytes: maxBodyBytes + 1,
+		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusRequestEntityTooLarge,
+			http.StatusUnprocessableEntity, http.StatusInternalServerError, http.StatusServiceUnavailable},
+	}, func(ctx context.Context, in *IngestEventInput) (*IngestEventResponse, error) {
+		out, err := s.ingestEvent(ctx, in)
+		return out, convertError(ctx, err)
+	})
+	return withRequestID(s.logger, withEnvelopedFallbacks(mux))
+}
+
+// requireInternalToken is the internal API's authentication: one shared token,
+// compared in constant time. An unset token admits no one.
+func (s *Server) requireInternalToken(api huma.API) func(huma.Context, func(huma.Context)) {
+	return func(ctx huma.Context, next func(huma.Context)) {
+		if op := ctx.Operation(); op == nil || len(op.Security) == 0 {
+			next(ctx)
+			return
+		}
+		token, ok := bearerToken(ctx.Header("Authorization"))
+		want := s.cfg.InternalToken
+		if !ok || want == "" || subtle.ConstantTimeCompare([]byte(token), []byte(want)) != 1 {
+			e := unauthorizedError("missing or wrong internal token in the Authorization header")
+			for k, v := range e.headers {
+				ctx.SetHeader(k, v[0])
+			}
+			ctx.SetHeader("Content-Type", "application/json")
+			ctx.SetStatus(e.status)
+			_ = api.Marshal(ctx.BodyWriter(), "application/json", e)
+			return
+		}
+		next(ctx)
+	}
+}
+
+func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*IngestEventResponse, error) {
+	b := in.Body
+	domain, err := domainname.Normalize(b.Domain)
+	if err != nil {
+		return nil, fieldError("body.domain", err.Error())
+	}
+	orgIDs, err := s.store.VerifiedDomainOrganizations(ctx, domain)
+	if err != nil {
+		return nil, err
+	}
+	if len(orgIDs) == 0 {
+		return nil, fieldError("body.domain", "no organization has "+domain+" as a verified sending domain")
+	}
+	// Built once: every delivery and every retry sends these bytes.
+	body, err := webhook.BuildBody(b.EventType, b.Timestamp, b.MessageID, b.ToEmail, b.Subject)
+	if err != nil {
+		return nil, err
+	}
+	ev := &store.Event{
+		EventID: b.EventID, Domain: domain, EventType: b.EventType, OccurredAt: b.Timestamp.UTC(),
+		MessageID: b.MessageID, ToEmail: b.ToEmail, Subject: b.Subject,
+	}
+	deliveries, _, err := s.store.IngestEvent(ctx, ev, orgIDs, body, newDeliveryID)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.deliveries.StartFirst(ctx, pendingIDs(deliveries)); err != nil {
+		s.logger.WarnContext(ctx, "deliveries stored but not scheduled", "request_id", RequestID(ctx), "event_id", b.EventID, "error", err)
+		return nil, NewAPIError(http.StatusServiceUnavailable, CodeUnavailable,
+			"the deliveries are stored but could not all be scheduled; send the same event again")
+	}
+	out := IngestEventData{EventID: b.EventID, DeliveryIDs: make([]string, 0, len(deliveries))}
+	for _, d := range deliveries {
+		out.DeliveryIDs = append(out.DeliveryIDs, d.ID)
+	}
+	return respond(out), nil
+}

@@ -1,0 +1,217 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/google/uuid"
+
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/webhook"
+)
+
+// Delivery is one event on its way to one webhook, with its attempts.
+type Delivery struct {
+	ID         string     `json:"id" format:"uuid" doc:"Sent as X-Service-Delivery-Id and webhook-id on every attempt."`
+	WebhookID  int64      `json:"webhook_id"`
+	EventType  string     `json:"event_type" enum:"delivered,bounced,complained,opened,clicked"`
+	Test       bool       `json:"test" doc:"Sent by Send test event rather than by an email event."`
+	Status     string     `json:"status" enum:"pending,delivered,failed"`
+	CreatedAt  time.Time  `json:"created_at"`
+	FinishedAt *time.Time `json:"finished_at" nullable:"true"`
+	Attempts   []Attempt  `json:"attempts"`
+}
+
+// Attempt is one POST of a delivery.
+type Attempt struct {
+	AttemptedAt       time.Time `json:"attempted_at"`
+	StatusCode        *int      `json:"status_code" nullable:"true" doc:"HTTP status, or null when no response arrived."`
+	Error             *string   `json:"error" nullable:"true" doc:"Why no response arrived (timeout, TLS, refused destination...)."`
+	DurationMS        int64     `json:"duration_ms"`
+	ResponseBody      string    `json:"response_body" doc:"The first 4 KiB of the response, after decompression."`
+	ResponseTruncated bool      `json:"response_truncated"`
+}
+
+func deliveryFromStore(d *store.Delivery, attempts []store.DeliveryAttempt) Delivery {
+	out := Delivery{
+		ID: d.ID, WebhookID: d.WebhookID, EventType: d.EventType, Test: d.EventID == nil,
+		Status: d.Status, CreatedAt: d.CreatedAt.UTC(), FinishedAt: utc(d.FinishedAt), Attempts: []Attempt{},
+	}
+	for _, a := range attempts {
+		out.Attempts = append(out.Attempts, Attempt{
+			AttemptedAt: a.AttemptedAt.UTC(), StatusCode: a.StatusCode, Error: a.Error, DurationMS: a.DurationMS,
+			// Receivers answer in any encoding; the log is JSON text.
+			ResponseBody: strings.ToValidUTF8(string(a.ResponseBody), "\uFFFD"), ResponseTruncated: a.ResponseTruncated,
+		})
+	}
+	return out
+}
+
+// DeliveryData wraps one delivery.
+type DeliveryData struct {
+	Delivery Delivery `json:"delivery"`
+}
+
+// DeliveryPage is the data of List deliveries.
+type DeliveryPage struct {
+	Deliveries []Delivery `json:"deliveries"`
+	NextCursor *string    `json:"next_cursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last page."`
+}
+
+// TestWebhookInput optionally chooses the sample event's type.
+type TestWebhookInput struct {
+	ID   int64 `path:"id" doc:"Webhook id."`
+	Body *struct {
+		EventType string `json:"event_type,omitempty" enum:"delivered,bounced,complained,opened,clicked" default:"delivered"`
+	}
+}
+
+// ListDeliveriesInput pages through a webhook's deliveries.
+type ListDeliveriesInput struct {
+	ID     int64  `path:"id" doc:"Webhook id."`
+	Cursor string `query:"cursor" doc:"next_cursor of the previous page."`
+	Limit  int    `query:"limit" minimum:"1" maximum:"100" default:"20"`
+}
+
+// RetryDeliveryInput names a delivery of a webhook.
+type RetryDeliveryInput struct {
+	ID         int64  `path:"id" doc:"Webhook id."`
+	DeliveryID string `path:"delivery_id" doc:"Delivery id."`
+}
+
+func (s *Server) registerWebhookDeliveries() {
+	tags := []string{"Webhooks"}
+	register(s, huma.Operation{
+		OperationID: "test-webhook", Method: http.MethodPost, Path: "/api/v1/webhooks/{id}/test", DefaultStatus: http.StatusCreated,
+		Summary: "Send test event", Tags: tags,
+		Description: "Sends a sample event of the chosen type (default delivered) through the normal delivery path and answers with the new delivery.",
+		Errors:      []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity},
+	}, s.testWebhook)
+	register(s, huma.Operation{
+		OperationID: "list-webhook-deliveries", Method: http.MethodGet, Path: "/api/v1/webhooks/{id}/deliveries",
+		Summary: "List deliveries", Tags: tags,
+		Description: "The webhook's deliveries, newest first, each with its attempts.",
+		Errors:      []int{http.StatusNotFound, http.StatusUnprocessableEntity},
+	}, s.listDeliveries)
+	register(s, huma.Operation{
+		OperationID: "retry-webhook-delivery", Method: http.MethodPost, Path: "/api/v1/webhooks/{id}/deliveries/{delivery_id}/retry",
+		Summary: "Retry delivery", Tags: tags,
+		Description: "Starts a new attempt series for the delivery, with the same id and body. 409 while its current series still runs.",
+		Errors:      []int{http.StatusNotFound, http.StatusConflict},
+	}, s.retryDelivery)
+}
+
+// errWebhookDisabled refuses to send to a webhook whose receiver said 410.
+var errWebhookDisabled = NewAPIError(http.StatusConflict, CodeConflict, "this webhook is disabled because its receiver answered 410 Gone; create a new webhook to receive events again")
+
+// sampleEvent is what a test delivery carries: recognisable, and no one's
+// personal data.
+func sampleEvent(eventType string, at time.Time) ([]byte, error) {
+	return webhook.BuildBody(eventType, at, uuid.NewString(), "recipient@example.com", "Mailyard test event")
+}
+
+func (s *Server) testWebhook(ctx context.Context, in *TestWebhookInput) (*Response[DeliveryData], error) {
+	w, err := s.ownWebhook(ctx, in.ID)
+	if err != nil {
+		return nil, err
+	}
+	if w.Status != store.WebhookEnabled {
+		return nil, errWebhookDisabled
+	}
+	eventType := "delivered"
+	if in.Body != nil && in.Body.EventType != "" {
+		eventType = in.Body.EventType
+	}
+	id, err := newDeliveryID()
+	if err != nil {
+		return nil, err
+	}
+	body, err := sampleEvent(eventType, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	d := &store.Delivery{ID: id, OrganizationID: w.OrganizationID, WebhookID: w.ID, EventType: eventType, Body: body}
+	if err := s.store.CreateDelivery(ctx, d); err != nil {
+		return nil, err
+	}
+	// A start that fails leaves the delivery pending with no series; Retry
+	// delivery starts one.
+	if err := s.deliveries.StartFirst(ctx, []string{id}); err != nil {
+		return nil, err
+	}
+	return respond(DeliveryData{Delivery: deliveryFromStore(d, nil)}), nil
+}
+
+func (s *Server) listDeliveries(ctx context.Context, in *ListDeliveriesInput) (*Response[DeliveryPage], error) {
+	w, err := s.ownWebhook(ctx, in.ID)
+	if err != nil {
+		return nil, err
+	}
+	if in.Cursor != "" {
+		if _, err := uuid.Parse(in.Cursor); err != nil {
+			return nil, fieldError("query.cursor", "cursor must be the next_cursor of a previous page")
+		}
+	}
+	// One more than asked tells whether a next page exists.
+	rows, err := s.store.ListDeliveries(ctx, w.ID, strings.ToLower(in.Cursor), in.Limit+1)
+	if err != nil {
+		return nil, err
+	}
+	page := DeliveryPage{Deliveries: []Delivery{}}
+	if len(rows) > in.Limit {
+		rows = rows[:in.Limit]
+		next := rows[len(rows)-1].ID
+		page.NextCursor = &next
+	}
+	ids := make([]string, len(rows))
+	for i := range rows {
+		ids[i] = rows[i].ID
+	}
+	attempts, err := s.store.AttemptsOf(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for i := range rows {
+		page.Deliveries = append(page.Deliveries, deliveryFromStore(&rows[i], attempts[rows[i].ID]))
+	}
+	return respond(page), nil
+}
+
+func (s *Server) retryDelivery(ctx context.Context, in *RetryDeliveryInput) (*Response[DeliveryData], error) {
+	w, err := s.ownWebhook(ctx, in.ID)
+	if err != nil {
+		return nil, err
+	}
+	id, err := uuid.Parse(in.DeliveryID)
+	if err != nil {
+		return nil, notFoundError("delivery")
+	}
+	d, err := s.store.DeliveryOfWebhook(ctx, w.ID, id.String())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFoundError("delivery")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if w.Status != store.WebhookEnabled {
+		return nil, errWebhookDisabled
+	}
+	// Pending first: the new series' first attempt sends only to a pending
+	// delivery.
+	if err := s.store.ReopenDelivery(ctx, d.ID); err != nil {
+		return nil, err
+	}
+	if err := s.deliveries.StartAgain(ctx, d.ID); err != nil {
+		return nil, err
+	}
+	d.Status, d.FinishedAt = store.DeliveryPending, nil
+	attempts, err := s.store.AttemptsOf(ctx, []string{d.ID})
+	if err != nil {
+		return nil, err
+	}
+	return respond(DeliveryData{Delivery: deliveryFromStore(d, attempts[d.ID])}), nil
+}
