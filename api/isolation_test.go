@@ -1,0 +1,329 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/google/uuid"
+
+	"github.com/mailyard/mailyard/internal/store"
+)
+
+// The tenant-isolation walk: every operation of the generated OpenAPI document that
+// needs a key is tried, with the owner organization's ids, by
+//
+//	no key                                  → 401
+//	a revoked key of the owner              → 401
+//	an owner key without admin (send+stats) → 403
+//	another organization's admin key        → 404 where the request names an owner
+//	                                          resource (exactly as for an id that does
+//	                                          not exist), otherwise a success in its own
+//	                                          organization; never any owner data.
+//
+// Because the walk reads the document, a new route is covered the day it is added.
+// What the walk cannot invent — an id for a new kind of path parameter, a valid body
+// for a new operation — makes it fail with a message that says what to add here.
+
+// pathResources maps the path segment before a parameter (".../webhooks/{id}") to the
+// owner fixture that fills it.
+var pathResources = map[string]func(*ownerFixtures) string{
+	"domains":     func(f *ownerFixtures) string { return strconv.FormatInt(f.domainID, 10) },
+	"credentials": func(f *ownerFixtures) string { return strconv.FormatInt(f.credentialID, 10) },
+	"webhooks":    func(f *ownerFixtures) string { return strconv.FormatInt(f.webhook(), 10) },
+	"deliveries":  func(f *ownerFixtures) string { return f.delivery() },
+}
+
+// ghostIDs are ids of the same kinds that exist nowhere.
+var ghostIDs = map[string]string{
+	"domains":     "987654321",
+	"credentials": "987654322",
+	"webhooks":    "987654323",
+	"deliveries":  "6f1c2b1e-0000-4000-8000-000000000000",
+}
+
+// requestBodies are valid bodies, keyed by method and path template (fixed by the
+// product contract, so they are known before an operation exists), so that a
+// refusal comes from ownership and not from validation. ids resolves an owner
+// resource kind to the id the body should carry. ownsRefs tells that the body names
+// owner resources, so another organization must get 404.
+var requestBodies = map[string]struct {
+	body     func(ids func(kind string) string) any
+	ownsRefs bool
+}{
+	"POST /api/v1/credentials": {ownsRefs: true, body: func(ids func(string) string) any {
+		id, _ := strconv.ParseInt(ids("domains"), 10, 64)
+		return map[string]any{"sending_domain_id": id, "label": "isolation", "permissions": []string{"send"}}
+	}},
+	"POST /api/v1/domains": {body: func(func(string) string) any {
+		return map[string]any{"domain": "intruder-" + uuid.NewString()[:8] + ".example.org"}
+	}},
+	"POST /api/v1/webhooks": {body: func(func(string) string) any {
+		return map[string]any{"url": "https://intruder.example.org/hooks", "event_types": []string{"delivered"}}
+	}},
+	"POST /api/v1/webhooks/{id}/test": {body: func(func(string) string) any {
+		return map[string]any{"event_type": "delivered"}
+	}},
+}
+
+// ownerFixtures are the owner organization's resources and keys. Webhooks and
+// deliveries are made on first use: they exist only once their operations do.
+type ownerFixtures struct {
+	h            *harness
+	t            *testing.T
+	domainID     int64
+	credentialID int64
+	limitedKey   string // send and stats, no admin
+	revokedKey   string
+	webhookID    int64
+	deliveryID   string
+	// private are strings only the owner may ever see in an answer.
+	private []string
+}
+
+func newOwnerFixtures(t *testing.T, h *harness) *ownerFixtures {
+	tag := uuid.NewString()[:8]
+	f := &ownerFixtures{h: h, t: t}
+	domain := "owner-" + tag + ".example.com"
+	f.domainID = h.domainInStatus(h.orgID, domain, store.DomainVerified)
+	label := "owner label " + tag
+	f.credentialID, _ = h.issueCredential(h.adminKey, f.domainID, label, "send")
+	_, f.limitedKey = h.issueCredential(h.adminKey, f.domainID, "limited "+tag, "send", "stats")
+	var revokedID int64
+	revokedID, f.revokedKey = h.issueCredential(h.adminKey, f.domainID, "revoked "+tag, "admin")
+	h.do("DELETE", fmt.Sprintf("/api/v1/credentials/%d", revokedID), h.adminKey, nil).data(t, 200)
+	f.private = []string{domain, "mail." + domain, label, "limited " + tag, "revoked " + tag}
+	for _, c := range h.do("GET", "/api/v1/credentials", h.adminKey, nil).data(t, 200)["credentials"].([]any) {
+		if c := c.(map[string]any); c["sending_domain"] != nil { // the harness's bootstrap keys share a username
+			f.private = append(f.private, c["username"].(string))
+		}
+	}
+	return f
+}
+
+// webhook creates the owner's webhook through the API the first time it is needed.
+func (f *ownerFixtures) webhook() int64 {
+	if f.webhookID == 0 {
+		if !hasOperation(f.h, http.MethodPost, "/api/v1/webhooks") {
+			f.t.Fatal("an operation addresses a webhook but POST /api/v1/webhooks, which would create the fixture, is not in the document")
+		}
+		url := "https://owner-" + uuid.NewString()[:8] + ".example.net/mailyard-events"
+		d := f.h.do("POST", "/api/v1/webhooks", f.h.adminKey, map[string]any{"url": url, "event_types": []string{"delivered", "bounced"}}).data(f.t, 201)
+		f.webhookID = int64(d["webhook"].(map[string]any)["id"].(float64))
+		f.private = append(f.private, url)
+		if secret, ok := d["signing_secret"].(string); ok {
+			f.private = append(f.private, secret)
+		}
+	}
+	return f.webhookID
+}
+
+// delivery stores one delivery to the owner's webhook, as a sample event would.
+func (f *ownerFixtures) delivery() string {
+	if f.deliveryID == "" {
+		d := &store.Delivery{
+			ID: uuid.NewString(), OrganizationID: f.h.orgID, WebhookID: f.webhook(), EventType: "delivered",
+			Body: []byte(`{"event_type":"delivered","timestamp":"2026-11-21T10:00:00Z","data":{"message_id":"m","to_email":"owner@example.com","subject":"owner subject"}}`),
+		}
+		if err := f.h.store.CreateDelivery(context.Background(), d); err != nil {
+			f.t.Fatal(err)
+		}
+		f.deliveryID = d.ID
+		f.private = append(f.private, "owner@example.com", "owner subject")
+	}
+	return f.deliveryID
+}
+
+func hasOperation(h *harness, method, path string) bool {
+	item := h.api.OpenAPI().Paths[path]
+	return item != nil && operationsOf(item)[method] != nil
+}
+
+func operationsOf(item *huma.PathItem) map[string]*huma.Operation {
+	return map[string]*huma.Operation{
+		http.MethodGet: item.Get, http.MethodPut: item.Put, http.MethodPost: item.Post, http.MethodDelete: item.Delete,
+		http.MethodPatch: item.Patch, http.MethodHead: item.Head, http.MethodOptions: item.Options, http.MethodTrace: item.Trace,
+	}
+}
+
+// documentedOperation is one operation of the document.
+type documentedOperation struct {
+	method, path string
+	op           *huma.Operation
+}
+
+// bearerOperations lists the operations that need a key, in a stable order. An
+// operation under /api/v1 that needs none fails the test: it would be outside
+// every organization.
+func bearerOperations(t *testing.T, doc *huma.OpenAPI) []documentedOperation {
+	var out []documentedOperation
+	for path, item := range doc.Paths {
+		for method, op := range operationsOf(item) {
+			if op == nil {
+				continue
+			}
+			if len(op.Security) == 0 {
+				if strings.HasPrefix(path, "/api/") {
+					t.Errorf("%s %s (%s) needs no API key; every /api operation must", method, path, op.OperationID)
+				}
+				continue
+			}
+			out = append(out, documentedOperation{method: method, path: path, op: op})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].path != out[j].path {
+			return out[i].path < out[j].path
+		}
+		return out[i].method < out[j].method
+	})
+	return out
+}
+
+var pathParam = regexp.MustCompile(`\{([^}]+)\}`)
+
+// isolationRequest is an operation's request with its parameters filled in.
+type isolationRequest struct {
+	method, path string
+	body         any
+	// namesOwnerResources is true when a path parameter or the body points at one
+	// of the owner's resources.
+	namesOwnerResources bool
+}
+
+// buildRequest fills the operation's path parameters and body with ids from ids.
+func buildRequest(t *testing.T, o documentedOperation, ids func(kind string) string) isolationRequest {
+	req := isolationRequest{method: o.method}
+	segments := strings.Split(o.path, "/")
+	for i, seg := range segments {
+		m := pathParam.FindStringSubmatch(seg)
+		if m == nil {
+			continue
+		}
+		kind := ""
+		if i > 0 {
+			kind = segments[i-1]
+		}
+		if _, ok := pathResources[kind]; !ok {
+			t.Fatalf("%s %s (%s): no fixture for path parameter {%s} after %q; add one to pathResources in isolation_test.go",
+				o.method, o.path, o.op.OperationID, m[1], kind)
+		}
+		segments[i] = ids(kind)
+		req.namesOwnerResources = true
+	}
+	req.path = strings.Join(segments, "/")
+
+	spec, known := requestBodies[o.method+" "+o.path]
+	if o.op.RequestBody != nil && o.op.RequestBody.Required && !known {
+		t.Fatalf("%s %s (%s) requires a body the isolation test does not know; add a valid one to requestBodies in isolation_test.go",
+			o.method, o.path, o.op.OperationID)
+	}
+	if known {
+		req.body = spec.body(ids)
+		req.namesOwnerResources = req.namesOwnerResources || spec.ownsRefs
+	}
+	return req
+}
+
+func TestTenantIsolation(t *testing.T) {
+	h := newHarness(t)
+	owner := newOwnerFixtures(t, h)
+	_, intruderKey := h.newOrg("intruder")
+	ownerIDs := func(kind string) string { return pathResources[kind](owner) }
+	ghosts := func(kind string) string { return ghostIDs[kind] }
+
+	ops := bearerOperations(t, h.api.OpenAPI())
+	if !hasOperation(h, http.MethodDelete, "/api/v1/credentials/{id}") || len(ops) < 4 {
+		t.Fatalf("the document lists only %d operations with a key; is it generated from the server?", len(ops))
+	}
+	for _, o := range ops {
+		t.Run(o.method+" "+o.path, func(t *testing.T) {
+			owner.t = t
+			req := buildRequest(t, o, ownerIDs)
+
+			h.do(req.method, req.path, "", req.body).expectError(t, 401, "unauthorized")
+			h.do(req.method, req.path, owner.revokedKey, req.body).expectError(t, 401, "unauthorized")
+			h.do(req.method, req.path, owner.limitedKey, req.body).expectError(t, 403, "forbidden")
+
+			r := h.do(req.method, req.path, intruderKey, req.body)
+			owner.expectNothingPrivate(t, r)
+			if !req.namesOwnerResources {
+				if r.Status >= 300 {
+					t.Fatalf("another organization's admin key, acting on its own organization, got %d: %s", r.Status, r.Raw)
+				}
+				return
+			}
+			r.expectError(t, 404, "not_found")
+			// Existence is not leaked: an owner's id answers like an id that does not exist.
+			ghost := buildRequest(t, o, ghosts)
+			g := h.do(ghost.method, ghost.path, intruderKey, ghost.body)
+			if normalised := normaliseIDs(g.Raw, ghosts, ownerIDs); normalised != string(r.Raw) {
+				t.Fatalf("an owner's id answers differently from a missing one:\nowner's:  %s\nmissing: %s", r.Raw, g.Raw)
+			}
+		})
+	}
+	owner.t = t
+	owner.expectIntact(t)
+}
+
+// normaliseIDs replaces the ghost ids in a body by the owner's, so that two 404s can
+// be compared even when a message repeats the id the caller sent.
+func normaliseIDs(raw []byte, ghosts, owners func(string) string) string {
+	s := string(raw)
+	for kind := range ghostIDs {
+		if strings.Contains(s, ghosts(kind)) {
+			s = strings.ReplaceAll(s, ghosts(kind), owners(kind))
+		}
+	}
+	return s
+}
+
+// expectNothingPrivate fails when an answer to another organization carries any of
+// the owner's names, labels, usernames, URLs or secrets.
+func (f *ownerFixtures) expectNothingPrivate(t *testing.T, r response) {
+	t.Helper()
+	body := strings.ToLower(string(r.Raw))
+	for _, p := range f.private {
+		if strings.Contains(body, strings.ToLower(p)) {
+			t.Fatalf("an answer to another organization contains the owner's %q: %s", p, r.Raw)
+		}
+	}
+	for name := range r.Header {
+		for _, v := range r.Header.Values(name) {
+			for _, p := range f.private {
+				if strings.Contains(strings.ToLower(v), strings.ToLower(p)) {
+					t.Fatalf("header %s of an answer to another organization contains the owner's %q", name, p)
+				}
+			}
+		}
+	}
+}
+
+// expectIntact checks the walk changed nothing of the owner's: the intruder's
+// deletes and revocations were refused.
+func (f *ownerFixtures) expectIntact(t *testing.T) {
+	t.Helper()
+	creds := f.h.do("GET", "/api/v1/credentials", f.h.adminKey, nil).data(t, 200)["credentials"].([]any)
+	found := false
+	for _, c := range creds {
+		if int64(c.(map[string]any)["id"].(float64)) == f.credentialID {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("the owner's credential is gone after the walk")
+	}
+	if f.webhookID != 0 {
+		raw, _ := json.Marshal(f.h.do("GET", "/api/v1/webhooks", f.h.adminKey, nil).data(t, 200))
+		if !strings.Contains(string(raw), fmt.Sprintf(`"id":%d`, f.webhookID)) {
+			t.Fatalf("the owner's webhook is gone after the walk: %s", raw)
+		}
+	}
+}
