@@ -27,7 +27,7 @@ type Credential struct {
 	Label         string     `json:"label" example:"production sender"`
 	Username      string     `json:"username" example:"k3v9x0q2ma@example.com" doc:"Generated login, usable for SMTP."`
 	SendingDomain *string    `json:"sending_domain" nullable:"true" example:"example.com" doc:"The domain the key is scoped to; null for the organization's bootstrap key."`
-	Permissions   []string   `json:"permissions" example:"[\"send\"]"`
+	Permissions   []string   `json:"permissions" nullable:"false" example:"[\"send\"]"`
 	Status        string     `json:"status" enum:"active,revoked"`
 	LastUsedAt    *time.Time `json:"last_used_at" nullable:"true" doc:"Last use, recorded at most once a minute; null until first use."`
 	CreatedAt     time.Time  `json:"created_at"`
@@ -38,7 +38,7 @@ type NewCredential struct {
 	ID          int64    `json:"id" example:"7"`
 	Label       string   `json:"label" example:"production sender"`
 	Username    string   `json:"username" example:"k3v9x0q2ma@example.com"`
-	Permissions []string `json:"permissions" example:"[\"send\"]"`
+	Permissions []string `json:"permissions" nullable:"false" example:"[\"send\"]"`
 	Status      string   `json:"status" enum:"active"`
 }
 
@@ -71,7 +71,7 @@ type RevokedCredentialData struct {
 type CreateCredentialBody struct {
 	SendingDomainID int64    `json:"sending_domain_id" minimum:"1" doc:"Id of a verified domain of your organization."`
 	Label           string   `json:"label" minLength:"1" doc:"Human-readable name, 1–100 characters after trimming."`
-	Permissions     []string `json:"permissions" minItems:"1" enum:"send,stats,admin" doc:"Distinct values from send, stats, admin."`
+	Permissions     []string `json:"permissions" nullable:"false" minItems:"1" enum:"send,stats,admin" doc:"Distinct values from send, stats, admin."`
 }
 
 // Resolve adds the checks a JSON schema cannot express; the schema already caught

@@ -152,6 +152,7 @@ func TestCreateCredentialRefusals(t *testing.T) {
 		{"empty label", `{"sending_domain_id":%d,"label":"","permissions":["send"]}`, []string{"body.label"}},
 		{"blank label", `{"sending_domain_id":%d,"label":"   ","permissions":["send"]}`, []string{"body.label"}},
 		{"long label", `{"sending_domain_id":%d,"label":"` + strings.Repeat("é", 101) + `","permissions":["send"]}`, []string{"body.label"}},
+		{"null permissions", `{"sending_domain_id":%d,"label":"x","permissions":null}`, []string{"body.permissions"}},
 		{"no permissions", `{"sending_domain_id":%d,"label":"x","permissions":[]}`, []string{"body.permissions"}},
 		{"unknown permission", `{"sending_domain_id":%d,"label":"x","permissions":["send","root"]}`, []string{"body.permissions[1]"}},
 		{"duplicate permission", `{"sending_domain_id":%d,"label":"x","permissions":["send","stats","send"]}`, []string{"body.permissions[2]"}},
