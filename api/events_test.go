@@ -1,0 +1,188 @@
+package api_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/mailyard/mailyard/api"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/testenv"
+)
+
+const internalToken = "internal-token-for-tests"
+
+// post sends a JSON body to base+path with a bearer token.
+func post(t *testing.T, base, path, token string, body any) response {
+	t.Helper()
+	var raw []byte
+	if body != nil {
+		raw, _ = json.Marshal(body)
+	}
+	req, _ := http.NewRequest("POST", base+path, bytes.NewReader(raw))
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	out := response{Status: res.StatusCode, Header: res.Header}
+	out.Raw, _ = io.ReadAll(res.Body)
+	_ = json.Unmarshal(out.Raw, &out.Body)
+	return out
+}
+
+func event(id, domain, eventType string) map[string]any {
+	return map[string]any{
+		"event_id": id, "domain": domain, "event_type": eventType, "timestamp": "2026-11-21T10:00:00Z",
+		"message_id": "3f1c9a52-7d4e-4d6a-9a0e-5b8f0c2d1e11", "to_email": "ada@customer.example", "subject": "Your <order> & receipt",
+	}
+}
+
+func deliveryIDs(t *testing.T, r response, status int) []string {
+	t.Helper()
+	var ids []string
+	for _, id := range r.data(t, status)["delivery_ids"].([]any) {
+		ids = append(ids, id.(string))
+	}
+	return ids
+}
+
+func TestIngestDeliversSignedEventsOnce(t *testing.T) {
+	h := newHarness(t)
+	rcv := newReceiver(t)
+	h.startDeliveryWorker(rcv)
+	internal := h.internal()
+	h.domainInStatus(h.orgID, "shop.example", store.DomainVerified)
+	subscribed, secret := h.createWebhook(h.adminKey, rcv.URL+"/a?token=q", "delivered", "opened")
+	rcv.expect("/a", secret)
+	h.createWebhook(h.adminKey, rcv.URL+"/b", "bounced") // not subscribed to delivered
+
+	// Authentication of the internal listener.
+	post(t, internal.URL, "/internal/v1/events", "", event("e1", "shop.example", "delivered")).expectError(t, 401, "unauthorized")
+	post(t, internal.URL, "/internal/v1/events", "wrong", event("e1", "shop.example", "delivered")).expectError(t, 401, "unauthorized")
+	post(t, internal.URL, "/internal/v1/nothing", internalToken, map[string]any{}).expectError(t, 404, "not_found")
+
+	ids := deliveryIDs(t, post(t, internal.URL, "/internal/v1/events", internalToken, event("e1", "Shop.Example.", "delivered")), 202)
+	if len(ids) != 1 {
+		t.Fatalf("delivery ids %v", ids)
+	}
+	got := rcv.waitFor(t, ids[0], 1)[0]
+	want := `{"event_type":"delivered","timestamp":"2026-11-21T10:00:00Z","data":{"message_id":"3f1c9a52-7d4e-4d6a-9a0e-5b8f0c2d1e11","to_email":"ada@customer.example","subject":"Your <order> & receipt"}}`
+	if got.Body != want {
+		t.Fatalf("body\n%s\nwant\n%s", got.Body, want)
+	}
+	for k, v := range map[string]string{
+		"Content-Type": "application/json", "User-Agent": "Mailyard-Webhooks/1", "X-Service-Event": "delivered",
+		"X-Service-Delivery-Id": ids[0], "Webhook-Id": ids[0],
+	} {
+		if got.Header.Get(k) != v {
+			t.Fatalf("header %s = %q, want %q", k, got.Header.Get(k), v)
+		}
+	}
+
+	// A repeat of the event answers the same ids and sends nothing new.
+	again := deliveryIDs(t, post(t, internal.URL, "/internal/v1/events", internalToken, event("e1", "shop.example", "delivered")), 202)
+	if fmt.Sprint(again) != fmt.Sprint(ids) {
+		t.Fatalf("repeat answered %v, first %v", again, ids)
+	}
+	testenv.Eventually(t, 10*time.Second, "delivered status", func() bool {
+		page := h.do("GET", fmt.Sprintf("/api/v1/webhooks/%d/deliveries", subscribed), h.adminKey, nil).data(t, 200)
+		ds := page["deliveries"].([]any)
+		return len(ds) == 1 && ds[0].(map[string]any)["status"] == "delivered"
+	})
+	time.Sleep(500 * time.Millisecond)
+	if n := len(rcv.requests(ids[0])); n != 1 {
+		t.Fatalf("receiver got %d requests for one event", n)
+	}
+	page := h.do("GET", fmt.Sprintf("/api/v1/webhooks/%d/deliveries", subscribed), h.adminKey, nil).data(t, 200)
+	d := page["deliveries"].([]any)[0].(map[string]any)
+	attempts := d["attempts"].([]any)
+	if d["id"] != ids[0] || d["test"] != false || len(attempts) != 1 || attempts[0].(map[string]any)["status_code"].(float64) != 200 ||
+		attempts[0].(map[string]any)["response_body"] != "thanks from /a" || page["next_cursor"] != nil {
+		t.Fatalf("delivery log %v", page)
+	}
+
+	// No subscribed webhook: accepted, no deliveries.
+	if ids := deliveryIDs(t, post(t, internal.URL, "/internal/v1/events", internalToken, event("e2", "shop.example", "clicked")), 202); len(ids) != 0 {
+		t.Fatalf("clicked fanned out to %v", ids)
+	}
+}
+
+func TestIngestRefusals(t *testing.T) {
+	h := newHarness(t)
+	internal := h.internal()
+	h.domainInStatus(h.orgID, "pending.example", store.DomainPending)
+	for _, c := range []struct {
+		name     string
+		body     any
+		location string
+	}{
+		{"unknown domain", event("x1", "nobody.example", "delivered"), "body.domain"},
+		{"unverified domain", event("x2", "pending.example", "delivered"), "body.domain"},
+		{"unknown type", event("x3", "pending.example", "sent"), "body.event_type"},
+		{"bad timestamp", func() map[string]any {
+			e := event("x4", "pending.example", "delivered")
+			e["timestamp"] = "yesterday"
+			return e
+		}(), "body.timestamp"},
+		{"no event id", func() map[string]any { e := event("", "pending.example", "delivered"); return e }(), "body.event_id"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := post(t, internal.URL, "/internal/v1/events", internalToken, c.body)
+			r.expectError(t, 422, "validation_failed")
+			if loc := r.Body["error"].(map[string]any)["details"].([]any)[0].(map[string]any)["location"]; loc != c.location {
+				t.Fatalf("detail at %v, want %s: %s", loc, c.location, r.Raw)
+			}
+		})
+	}
+	req, _ := http.NewRequest("POST", internal.URL+"/internal/v1/events", strings.NewReader("{not json"))
+	req.Header.Set("Authorization", "Bearer "+internalToken)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 400 {
+		t.Fatalf("bad JSON answered %d", res.StatusCode)
+	}
+}
+
+// TestIngestWhileTemporalIsDown: the deliveries are committed, the answer is
+// 503, and sending the same event again starts the missing workflows.
+func TestIngestWhileTemporalIsDown(t *testing.T) {
+	h := newHarness(t)
+	rcv := newReceiver(t)
+	h.startDeliveryWorker(rcv)
+	h.domainInStatus(h.orgID, "shop.example", store.DomainVerified)
+	_, secret := h.createWebhook(h.adminKey, rcv.URL+"/a", "bounced")
+	rcv.expect("/a", secret)
+
+	dead, err := client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dead.Close)
+	down := api.New(api.Deps{Config: h.cfg, Store: h.store, Temporal: dead, Logger: discardLogger()})
+	downSrv := httpServer(t, down.InternalHandler())
+	post(t, downSrv.URL, "/internal/v1/events", internalToken, event("e-down", "shop.example", "bounced")).expectError(t, 503, "unavailable")
+
+	ids := deliveryIDs(t, post(t, h.internal().URL, "/internal/v1/events", internalToken, event("e-down", "shop.example", "bounced")), 202)
+	if len(ids) != 1 {
+		t.Fatalf("ids %v", ids)
+	}
+	rcv.waitFor(t, ids[0], 1)
+}
