@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -137,7 +138,7 @@ func buildError(ctx context.Context, status int, msg string, errs ...error) huma
 		var d huma.ErrorDetailer
 		if errors.As(err, &d) {
 			hd := d.ErrorDetail()
-			details = append(details, ErrorDetail{Location: hd.Location, Message: hd.Message})
+			details = append(details, ErrorDetail{Location: missingPropertyLocation(hd.Location, hd.Message), Message: hd.Message})
 			continue
 		}
 		details = append(details, ErrorDetail{Message: err.Error()})
@@ -164,4 +165,14 @@ func convertError(ctx context.Context, err error) error {
 	default:
 		return buildError(ctx, http.StatusInternalServerError, "unexpected error", err)
 	}
+}
+
+// missingPropertyLocation points a "required property" error at the property
+// itself (body.domain rather than body), so clients can show it beside the field.
+func missingPropertyLocation(location, message string) string {
+	const prefix, suffix = "expected required property ", " to be present"
+	if prop, ok := strings.CutPrefix(message, prefix); ok && strings.HasSuffix(prop, suffix) {
+		return location + "." + strings.TrimSuffix(prop, suffix)
+	}
+	return location
 }

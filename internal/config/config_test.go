@@ -1,0 +1,70 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func env(m map[string]string) Getenv { return func(k string) string { return m[k] } }
+
+func TestDefaults(t *testing.T) {
+	c, err := LoadFrom(env(nil), Need{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TemporalAddress != "localhost:7233" || c.HTTPAddr != ":8080" || c.DKIMHost != "dkim.mailyard.test" || c.MXPriority != 10 || c.DNSPublisher != "embedded" || c.WebhookAllowHTTP {
+		t.Fatalf("defaults %+v", c)
+	}
+}
+
+// Every problem is reported, one line each, naming its variable.
+func TestEveryProblemNamesItsVariable(t *testing.T) {
+	_, err := LoadFrom(env(map[string]string{
+		"MAILYARD_DATABASE_URL":       "mysql://x",
+		"MAILYARD_ENCRYPTION_KEY":     "c2hvcnQ=",
+		"MAILYARD_MX_PRIORITY":        "high",
+		"MAILYARD_DNS_PUBLISHER":      "route53",
+		"MAILYARD_HTTP_ADDR":          "8080",
+		"MAILYARD_WEBHOOK_ALLOW_HTTP": "maybe",
+		"MAILYARD_VERIFY_SCHEDULE":    "1m",
+		"MAILYARD_DNS_RESOLVER":       "8.8.8.8",
+	}), Need{Database: true, EncryptionKey: true, InternalToken: true})
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, name := range []string{"MAILYARD_DATABASE_URL", "MAILYARD_ENCRYPTION_KEY", "MAILYARD_MX_PRIORITY", "MAILYARD_DNS_PUBLISHER", "MAILYARD_HTTP_ADDR", "MAILYARD_WEBHOOK_ALLOW_HTTP", "MAILYARD_VERIFY_SCHEDULE", "MAILYARD_DNS_RESOLVER", "MAILYARD_INTERNAL_TOKEN"} {
+		found := 0
+		for _, l := range strings.Split(err.Error(), "\n") {
+			if strings.HasPrefix(l, name+":") {
+				found++
+			}
+		}
+		if found != 1 {
+			t.Errorf("%s reported %d times in:\n%s", name, found, err)
+		}
+	}
+}
+
+func TestRFC2136NeedsServerAndKey(t *testing.T) {
+	_, err := LoadFrom(env(map[string]string{"MAILYARD_DNS_PUBLISHER": "rfc2136"}), Need{})
+	if err == nil || !strings.Contains(err.Error(), "MAILYARD_RFC2136_SERVER") || !strings.Contains(err.Error(), "MAILYARD_RFC2136_TSIG") {
+		t.Fatalf("%v", err)
+	}
+}
+
+func TestStringMasksSecrets(t *testing.T) {
+	c, err := LoadFrom(env(map[string]string{
+		"MAILYARD_DATABASE_URL":   "postgres://u:hunter2@db/x",
+		"MAILYARD_INTERNAL_TOKEN": "tok-secret",
+		"MAILYARD_ENCRYPTION_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+	}), Need{Database: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.String()
+	for _, secret := range []string{"hunter2", "tok-secret", "AAECAw"} {
+		if strings.Contains(s, secret) {
+			t.Fatalf("%q printed: %s", secret, s)
+		}
+	}
+}
