@@ -5,16 +5,16 @@ TEMPORAL_CLI  := bin/temporal
 # The Temporal CLI (with the real dev server and its UI) from the Go module proxy.
 TEMPORAL_VER  := v1.5.1
 
-.PHONY: run test lint bench build migrate temporal tools clean
+.PHONY: run test lint bench build migrate temporal clean
 
-run: $(TEMPORAL_CLI)
-	$(GO) run ./cmd/mailyard dev
+run: $(TEMPORAL_CLI) build
+	bin/mailyard dev
 
 build:
 	$(GO) build -o bin/mailyard ./cmd/mailyard
 
-migrate:
-	$(GO) run ./cmd/mailyard migrate up
+migrate: build
+	bin/mailyard migrate up
 
 temporal: $(TEMPORAL_CLI)
 
