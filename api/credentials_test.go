@@ -172,6 +172,15 @@ func TestCreateCredentialRefusals(t *testing.T) {
 			}
 		})
 	}
+	// Missing fields are each named, wherever Huma puts the detail.
+	r = h.do("POST", "/api/v1/credentials", h.adminKey, `{}`)
+	r.expectError(t, 422, "validation_failed")
+	for _, field := range []string{"sending_domain_id", "label", "permissions"} {
+		if !strings.Contains(string(r.Raw), field) {
+			t.Fatalf("missing %s is not named: %s", field, r.Raw)
+		}
+	}
+
 	// A label of exactly 100 characters (after trimming) is fine.
 	h.do("POST", "/api/v1/credentials", h.adminKey, map[string]any{
 		"sending_domain_id": verified, "label": " " + strings.Repeat("é", 100) + " ", "permissions": []string{"send"},

@@ -199,7 +199,8 @@ type isolationRequest struct {
 }
 
 // buildRequest fills the operation's path parameters and body with ids from ids.
-func buildRequest(t *testing.T, o documentedOperation, ids func(kind string) string) isolationRequest {
+// It refuses what it cannot fill, so that no operation escapes the walk.
+func buildRequest(o documentedOperation, ids func(kind string) string) (isolationRequest, error) {
 	req := isolationRequest{method: o.method}
 	segments := strings.Split(o.path, "/")
 	for i, seg := range segments {
@@ -212,7 +213,7 @@ func buildRequest(t *testing.T, o documentedOperation, ids func(kind string) str
 			kind = segments[i-1]
 		}
 		if _, ok := pathResources[kind]; !ok {
-			t.Fatalf("%s %s (%s): no fixture for path parameter {%s} after %q; add one to pathResources in isolation_test.go",
+			return req, fmt.Errorf("%s %s (%s): no fixture for path parameter {%s} after %q; add one to pathResources in isolation_test.go",
 				o.method, o.path, o.op.OperationID, m[1], kind)
 		}
 		segments[i] = ids(kind)
@@ -220,16 +221,40 @@ func buildRequest(t *testing.T, o documentedOperation, ids func(kind string) str
 	}
 	req.path = strings.Join(segments, "/")
 
+	for _, p := range o.op.Parameters {
+		if p.Required && p.In != "path" {
+			return req, fmt.Errorf("%s %s (%s): required %s parameter %q has no value in the isolation test; teach buildRequest in isolation_test.go",
+				o.method, o.path, o.op.OperationID, p.In, p.Name)
+		}
+	}
+
 	spec, known := requestBodies[o.method+" "+o.path]
 	if o.op.RequestBody != nil && o.op.RequestBody.Required && !known {
-		t.Fatalf("%s %s (%s) requires a body the isolation test does not know; add a valid one to requestBodies in isolation_test.go",
+		return req, fmt.Errorf("%s %s (%s) requires a body the isolation test does not know; add a valid one to requestBodies in isolation_test.go",
 			o.method, o.path, o.op.OperationID)
 	}
 	if known {
 		req.body = spec.body(ids)
 		req.namesOwnerResources = req.namesOwnerResources || spec.ownsRefs
 	}
-	return req
+	return req, nil
+}
+
+// The walk's guards: an operation it cannot fill is an error, never a silent skip.
+func TestIsolationWalkRefusesWhatItCannotFill(t *testing.T) {
+	ids := func(string) string { return "1" }
+	for _, c := range []struct {
+		o    documentedOperation
+		want string
+	}{
+		{documentedOperation{method: "GET", path: "/api/v1/suppressions/{id}", op: &huma.Operation{OperationID: "get-suppression"}}, "pathResources"},
+		{documentedOperation{method: "POST", path: "/api/v1/suppressions", op: &huma.Operation{OperationID: "add-suppression", RequestBody: &huma.RequestBody{Required: true}}}, "requestBodies"},
+		{documentedOperation{method: "GET", path: "/api/v1/stats", op: &huma.Operation{OperationID: "stats", Parameters: []*huma.Param{{Name: "from", In: "query", Required: true}}}}, "buildRequest"},
+	} {
+		if _, err := buildRequest(c.o, ids); err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.o.op.OperationID) {
+			t.Errorf("%s %s: error %v, want one naming the operation and %s", c.o.method, c.o.path, err, c.want)
+		}
+	}
 }
 
 func TestTenantIsolation(t *testing.T) {
@@ -246,7 +271,10 @@ func TestTenantIsolation(t *testing.T) {
 	for _, o := range ops {
 		t.Run(o.method+" "+o.path, func(t *testing.T) {
 			owner.t = t
-			req := buildRequest(t, o, ownerIDs)
+			req, err := buildRequest(o, ownerIDs)
+			if err != nil {
+				t.Fatal(err)
+			}
 
 			h.do(req.method, req.path, "", req.body).expectError(t, 401, "unauthorized")
 			h.do(req.method, req.path, owner.revokedKey, req.body).expectError(t, 401, "unauthorized")
@@ -262,7 +290,10 @@ func TestTenantIsolation(t *testing.T) {
 			}
 			r.expectError(t, 404, "not_found")
 			// Existence is not leaked: an owner's id answers like an id that does not exist.
-			ghost := buildRequest(t, o, ghosts)
+			ghost, err := buildRequest(o, ghosts)
+			if err != nil {
+				t.Fatal(err)
+			}
 			g := h.do(ghost.method, ghost.path, intruderKey, ghost.body)
 			if normalised := normaliseIDs(g.Raw, ghosts, ownerIDs); normalised != string(r.Raw) {
 				t.Fatalf("an owner's id answers differently from a missing one:\nowner's:  %s\nmissing: %s", r.Raw, g.Raw)
