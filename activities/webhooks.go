@@ -38,11 +38,13 @@ func (a *Webhooks) Attempt(ctx context.Context, in delivery.AttemptInput) (deliv
 	if err != nil {
 		return delivery.AttemptResult{}, err
 	}
-	if d.Status != store.DeliveryPending {
-		return delivery.AttemptResult{Verdict: delivery.AlreadyFinished}, nil
-	}
+	// A deleted or disabled webhook is checked first: deleting one also
+	// fails its pending deliveries, and the series should end as "gone".
 	if w.Status != store.WebhookEnabled {
 		return delivery.AttemptResult{Verdict: delivery.WebhookGone}, a.Store.FinishDelivery(ctx, d.ID, store.DeliveryFailed)
+	}
+	if d.Status != store.DeliveryPending {
+		return delivery.AttemptResult{Verdict: delivery.AlreadyFinished}, nil
 	}
 	secret, err := a.Box.Open(w.SecretEnc, store.WebhookSecretBinding(w.ID))
 	if err != nil {

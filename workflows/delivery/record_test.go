@@ -1,0 +1,164 @@
+package delivery_test
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/mailyard/mailyard/activities"
+	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/secrets"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/testenv"
+	"github.com/mailyard/mailyard/internal/webhook"
+	"github.com/mailyard/mailyard/worker"
+	"github.com/mailyard/mailyard/workflows/delivery"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// scriptedReceiver answers each request with the next status of its script.
+type scriptedReceiver struct {
+	*httptest.Server
+	mu     sync.Mutex
+	script map[string][]int
+	hdr    http.Header
+}
+
+func (r *scriptedReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	_, _ = io.Copy(io.Discard, req.Body)
+	r.mu.Lock()
+	status := 200
+	if q := r.script[req.URL.Path]; len(q) > 0 {
+		status, r.script[req.URL.Path] = q[0], q[1:]
+	}
+	r.mu.Unlock()
+	if status == 429 {
+		w.Header().Set("Retry-After", "2")
+	}
+	w.WriteHeader(status)
+}
+
+// TestRecordHistories runs each scenario on the dev server with the real
+// activity, PostgreSQL and an HTTPS receiver, and writes its history into
+// testdata/ for the replay tests. It runs only when asked to
+// (MAILYARD_RECORD_HISTORIES=1), after a deliberate, versioned change.
+func TestRecordHistories(t *testing.T) {
+	if os.Getenv("MAILYARD_RECORD_HISTORIES") != "1" {
+		t.Skip("set MAILYARD_RECORD_HISTORIES=1 to record replay histories")
+	}
+	ctx := context.Background()
+	st := testenv.OpenStore(t, testenv.PostgresURL(t))
+	box, _ := secrets.New(make([]byte, 32))
+	rcv := &scriptedReceiver{script: map[string][]int{}}
+	rcv.Server = httptest.NewUnstartedServer(rcv)
+	rcv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	rcv.StartTLS()
+	defer rcv.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(rcv.Certificate())
+
+	tc, err := client.Dial(client.Options{HostPort: testenv.Temporal(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	w := sdkworker.New(tc, delivery.TaskQueue, sdkworker.Options{})
+	worker.RegisterWebhooks(w, &activities.Webhooks{Store: st, Box: box,
+		Client: webhook.NewClient(webhook.Policy{AllowPrivateNetworks: true}, webhook.WithRootCAs(pool))})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	secret, _ := keys.NewAPIKey()
+	org, err := st.CreateOrganizationWithKey(ctx, "acme", &store.APIKey{Label: "b", Username: "b", Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: store.Permissions{"admin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := []time.Duration{0, time.Second, time.Second, time.Second}
+	scenarios := []struct {
+		name     string
+		script   []int
+		schedule []time.Duration
+		during   func(webhookID int64)
+	}{
+		{name: "delivered", script: []int{204}},
+		{name: "retried-then-delivered", script: []int{500, 429, 302, 200}, schedule: short},
+		{name: "receiver-gone", script: []int{503, 410}, schedule: short},
+		{name: "exhausted", script: []int{500, 500, 500, 500}, schedule: short},
+		{name: "webhook-deleted", script: []int{500}, schedule: []time.Duration{0, 3 * time.Second},
+			during: func(id int64) {
+				time.Sleep(time.Second)
+				if _, _, err := st.DeleteWebhook(ctx, org.ID, id); err != nil {
+					t.Error(err)
+				}
+			}},
+	}
+	for _, sc := range scenarios {
+		path := "/" + sc.name
+		rcv.script[path] = sc.script
+		wh := &store.Webhook{OrganizationID: org.ID, URL: rcv.URL + path, EventTypes: store.EventTypes{"delivered"}}
+		sig, _ := webhook.NewSecret()
+		if err := st.CreateWebhook(ctx, wh, 20, func(id int64) ([]byte, error) { return box.Seal([]byte(sig), store.WebhookSecretBinding(id)) }); err != nil {
+			t.Fatal(err)
+		}
+		id, _ := uuid.NewV7()
+		body, _ := webhook.BuildBody("delivered", time.Now(), uuid.NewString(), "ada@customer.example", "Receipt")
+		if err := st.CreateDelivery(ctx, &store.Delivery{ID: id.String(), OrganizationID: org.ID, WebhookID: wh.ID, EventType: "delivered", Body: body}); err != nil {
+			t.Fatal(err)
+		}
+		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: delivery.WorkflowID(id.String()), TaskQueue: delivery.TaskQueue},
+			delivery.WorkflowName, delivery.Input{DeliveryID: id.String(), Schedule: sc.schedule})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc.during != nil {
+			sc.during(wh.ID)
+		}
+		var res delivery.Result
+		if err := run.Get(ctx, &res); err != nil {
+			t.Fatalf("%s: %v", sc.name, err)
+		}
+		t.Logf("%s: %+v", sc.name, res)
+		writeHistory(t, tc, run, filepath.Join("testdata", fmt.Sprintf("webhook-delivery-v1-%s.json", sc.name)))
+	}
+}
+
+func writeHistory(t *testing.T, tc client.Client, run client.WorkflowRun, path string) {
+	t.Helper()
+	var h historypb.History
+	it := tc.GetWorkflowHistory(context.Background(), run.GetID(), run.GetRunID(), false, 0)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Events = append(h.Events, ev)
+	}
+	raw, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
