@@ -122,7 +122,7 @@ func (s *Server) registerCredentials() {
 		OperationID: "create-credential", Method: http.MethodPost, Path: "/api/v1/credentials",
 		Summary: "Create credential", Tags: []string{"Credentials"}, DefaultStatus: http.StatusCreated,
 		Description: "Creates an API key scoped to a verified domain. The secret key is in this answer only.",
-		Errors:      []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity},
+		Errors:      []int{http.StatusBadRequest, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity},
 	}, s.createCredential)
 	register(s, huma.Operation{
 		OperationID: "delete-credential", Method: http.MethodDelete, Path: "/api/v1/credentials/{id}",
