@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -80,7 +81,7 @@ func (b *CreateCredentialBody) Resolve(_ huma.Context, prefix *huma.PathBuffer) 
 	var errs []error
 	if b.Label != "" {
 		if n := utf8.RuneCountInString(strings.TrimSpace(b.Label)); n == 0 || n > maxLabelLength {
-			errs = append(errs, &huma.ErrorDetail{Location: prefix.With("label"), Message: "label must be 1 to 100 characters after trimming", Value: b.Label})
+			errs = append(errs, &huma.ErrorDetail{Location: prefix.With("label"), Message: "label must be 1 to " + strconv.Itoa(maxLabelLength) + " characters after trimming", Value: b.Label})
 		}
 	}
 	prefix.Push("permissions")
