@@ -30,7 +30,10 @@ const permissionMetadata = "mailyard-permission"
 type Principal struct {
 	KeyID          int64
 	OrganizationID int64
-	Permissions    store.Permissions
+	// SendingDomainID is the domain the key is scoped to (nil for an
+	// organization-wide key); the send and stats operations are limited to it.
+	SendingDomainID *int64
+	Permissions     store.Permissions
 }
 
 type principalKey struct{}
@@ -92,6 +95,8 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 
+	// An authenticated use counts even when the permission is missing.
+	s.usage.Seen(key.ID, key.LastUsedAt)
 	need, _ := op.Metadata[permissionMetadata].(string)
 	if need == "" {
 		need = PermissionAdmin
@@ -101,6 +106,5 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 
-	s.usage.Seen(key.ID, key.LastUsedAt)
-	next(huma.WithValue(ctx, principalKey{}, Principal{KeyID: key.ID, OrganizationID: key.OrganizationID, Permissions: key.Permissions}))
+	next(huma.WithValue(ctx, principalKey{}, Principal{KeyID: key.ID, OrganizationID: key.OrganizationID, SendingDomainID: key.SendingDomainID, Permissions: key.Permissions}))
 }
