@@ -17,6 +17,7 @@ func main() {
 		run  func(context.Context) error
 	}{
 		{"api", benchAPI},
+		{"delivery", func(ctx context.Context) error { return benchDelivery(ctx, os.Stdout) }},
 	} {
 		if err := b.run(ctx); err != nil {
 			fmt.Fprintf(os.Stderr, "bench %s: %v\n", b.name, err)

@@ -1,0 +1,379 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/mailyard/mailyard/activities"
+	"github.com/mailyard/mailyard/api"
+	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/secrets"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/temporaldev"
+	"github.com/mailyard/mailyard/internal/webhook"
+	"github.com/mailyard/mailyard/worker"
+	"github.com/mailyard/mailyard/workflows/delivery"
+)
+
+const (
+	saturationEvents = 2000
+	latencyRate      = 20 // events per second
+	latencyDuration  = 30 * time.Second
+	senders          = 32
+	ceilingQueue     = "bench-ceiling"
+	benchSecret      = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+)
+
+// arrivals is the local receiver: it notes when each delivery id first
+// arrived.
+type arrivals struct {
+	mu    sync.Mutex
+	first map[string]time.Time
+	done  chan struct{}
+	want  int
+}
+
+func (a *arrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	id, now := r.Header.Get("X-Service-Delivery-Id"), time.Now()
+	a.mu.Lock()
+	if _, seen := a.first[id]; !seen {
+		a.first[id] = now
+		if len(a.first) == a.want {
+			close(a.done)
+		}
+	}
+	a.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// expect resets the receiver for a run of n deliveries.
+func (a *arrivals) expect(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.first, a.want, a.done = map[string]time.Time{}, n, make(chan struct{})
+}
+
+func (a *arrivals) wait(ctx context.Context, limit time.Duration) error {
+	select {
+	case <-a.done:
+		return nil
+	case <-time.After(limit):
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return fmt.Errorf("only %d of %d deliveries arrived within %s", len(a.first), a.want, limit)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (a *arrivals) at(id string) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.first[id]
+}
+
+// benchDelivery measures end-to-end webhook delivery on a Temporal dev server
+// and PostgreSQL: saturation (2,000 events at once) beside a minimal
+// one-activity workflow doing the same signed POST, latency at 20 events/s,
+// and plain signed POSTs without Temporal.
+func benchDelivery(ctx context.Context, out io.Writer) error {
+	fmt.Fprintln(out, "\n== webhook delivery (end to end: ingest → workflow → signed HTTPS POST) ==")
+	tsrv, err := temporaldev.Start(ctx, temporaldev.Options{Headless: true})
+	if err != nil {
+		return err
+	}
+	defer tsrv.Stop()
+	dbURL, drop, err := throwawayDatabase(ctx)
+	if err != nil {
+		return err
+	}
+	defer drop()
+	st, err := store.Open(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if _, err := st.Migrate(ctx); err != nil {
+		return err
+	}
+
+	rcv := &arrivals{}
+	rsrv := httptest.NewUnstartedServer(rcv)
+	rsrv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	rsrv.StartTLS()
+	defer rsrv.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(rsrv.Certificate())
+	ceilingURL = rsrv.URL + "/ceiling"
+	httpClient := webhook.NewClient(webhook.Policy{AllowPrivateNetworks: true}, webhook.WithRootCAs(pool))
+
+	key := make([]byte, 32)
+	box, _ := secrets.New(key)
+	cfg, err := config.LoadFrom(func(string) string { return "" }, config.Need{})
+	if err != nil {
+		return err
+	}
+	cfg.EncryptionKey, cfg.InternalToken, cfg.WebhookAllowPrivateNetworks = key, "bench-token", true
+	if err := seedWebhook(ctx, st, box, rsrv.URL+"/hook"); err != nil {
+		return err
+	}
+
+	tc, err := client.Dial(client.Options{HostPort: tsrv.Address, Logger: quietSDK{}})
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	w := sdkworker.New(tc, delivery.TaskQueue, sdkworker.Options{})
+	worker.RegisterWebhooks(w, &activities.Webhooks{Store: st, Box: box, Client: httpClient})
+	ceiling := sdkworker.New(tc, ceilingQueue, sdkworker.Options{})
+	registerCeiling(ceiling, httpClient)
+	for _, wk := range []sdkworker.Worker{w, ceiling} {
+		if err := wk.Start(); err != nil {
+			return err
+		}
+		defer wk.Stop()
+	}
+	a := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	internal := httptest.NewServer(a.InternalHandler())
+	defer internal.Close()
+	ing := &ingester{url: internal.URL + "/internal/v1/events"}
+
+	// Plain signed POSTs: the ceiling of the receiver and the client alone.
+	rcv.expect(saturationEvents)
+	plain := measurePlain(ctx, httpClient, rsrv.URL+"/plain", saturationEvents)
+	fmt.Fprintf(out, "plain signed POSTs (no Temporal, %d concurrent):   %8.0f /s\n", senders, plain)
+
+	// Warm up both paths so connection set-up and caches are not measured.
+	if _, err := runCeiling(ctx, tc, rcv, 50); err != nil {
+		return err
+	}
+	if _, err := runSaturation(ctx, ing, rcv, 50, "warm"); err != nil {
+		return err
+	}
+
+	ceil, err := runCeiling(ctx, tc, rcv, saturationEvents)
+	if err != nil {
+		return err
+	}
+	sat, err := runSaturation(ctx, ing, rcv, saturationEvents, "sat")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "saturation, %d events at once:   mailyard %6.1f deliveries/s   ceiling (1 workflow + 1 activity, same POST) %6.1f /s   = %3.0f %% (goal ≥ 80 %%)\n",
+		saturationEvents, sat, ceil, 100*sat/ceil)
+
+	p50, p99, err := runLatency(ctx, ing, rcv)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "latency, %d events/s for %s, ingest → receipt:   p50 %4.0f ms (goal < 150)   p99 %4.0f ms (goal < 300)\n",
+		latencyRate, latencyDuration, float64(p50.Microseconds())/1000, float64(p99.Microseconds())/1000)
+	return nil
+}
+
+func seedWebhook(ctx context.Context, st *store.Store, box *secrets.Box, url string) error {
+	secret, _ := keys.NewAPIKey()
+	org, err := st.CreateOrganizationWithKey(ctx, "bench", &store.APIKey{Label: "b", Username: "b", Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: store.Permissions{"admin"}})
+	if err != nil {
+		return err
+	}
+	if err := st.CreateDomain(ctx, &store.Domain{OrganizationID: org.ID, Domain: "bench.example", MailFromSubdomain: "mail.bench.example", DKIMToken: "benchtoken", Status: store.DomainVerified}, nil); err != nil {
+		return err
+	}
+	return st.CreateWebhook(ctx, &store.Webhook{OrganizationID: org.ID, URL: url, EventTypes: store.EventTypes{"delivered"}}, 20,
+		func(id int64) ([]byte, error) { return box.Seal([]byte(benchSecret), store.WebhookSecretBinding(id)) })
+}
+
+// ingester posts events to the internal listener.
+type ingester struct{ url string }
+
+func (g *ingester) send(ctx context.Context, eventID string) ([]string, error) {
+	body, _ := json.Marshal(map[string]any{
+		"event_id": eventID, "domain": "bench.example", "event_type": "delivered", "timestamp": time.Now().UTC().Format(time.RFC3339),
+		"message_id": uuid.NewString(), "to_email": "someone@customer.example", "subject": "Your receipt",
+	})
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, g.url, bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer bench-token")
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	var env struct {
+		Data struct {
+			DeliveryIDs []string `json:"delivery_ids"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&env); err != nil || res.StatusCode != http.StatusAccepted {
+		return nil, fmt.Errorf("ingest answered %d (%v)", res.StatusCode, err)
+	}
+	return env.Data.DeliveryIDs, nil
+}
+
+// parallel runs f(i) for i < n on senders goroutines.
+func parallel(n int, f func(i int) error) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, senders)
+	next := make(chan int)
+	for range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+func runSaturation(ctx context.Context, ing *ingester, rcv *arrivals, n int, prefix string) (float64, error) {
+	rcv.expect(n)
+	run := uuid.NewString()[:8]
+	start := time.Now()
+	if err := parallel(n, func(i int) error {
+		_, err := ing.send(ctx, fmt.Sprintf("%s-%s-%d", prefix, run, i))
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	if err := rcv.wait(ctx, 10*time.Minute); err != nil {
+		return 0, err
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+func runLatency(ctx context.Context, ing *ingester, rcv *arrivals) (p50, p99 time.Duration, err error) {
+	n := latencyRate * int(latencyDuration/time.Second)
+	rcv.expect(n)
+	type sent struct {
+		at  time.Time
+		ids []string
+	}
+	results := make([]sent, n)
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Second / latencyRate)
+	defer tick.Stop()
+	var firstErr error
+	var mu sync.Mutex
+	for i := range n {
+		<-tick.C
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			at := time.Now()
+			ids, err := ing.send(ctx, fmt.Sprintf("lat-%d-%s", i, uuid.NewString()[:8]))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			results[i] = sent{at: at, ids: ids}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, 0, firstErr
+	}
+	if err := rcv.wait(ctx, 5*time.Minute); err != nil {
+		return 0, 0, err
+	}
+	var lat []time.Duration
+	for _, r := range results {
+		for _, id := range r.ids {
+			lat = append(lat, rcv.at(id).Sub(r.at))
+		}
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2], lat[len(lat)*99/100], nil
+}
+
+// The ceiling: the smallest workflow that could deliver a webhook — one
+// activity doing the same signed POST with a body it is handed — on the same
+// server, worker process and receiver.
+func registerCeiling(w sdkworker.Worker, httpClient *http.Client) {
+	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, id string) error {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
+		return workflow.ExecuteActivity(ctx, "CeilingPost", id).Get(ctx, nil)
+	}, workflow.RegisterOptions{Name: "CeilingDelivery"})
+	body, _ := webhook.BuildBody("delivered", time.Now(), uuid.NewString(), "someone@customer.example", "Your receipt")
+	w.RegisterActivityWithOptions(func(ctx context.Context, id string) error {
+		out := webhook.Send(ctx, httpClient, webhook.Delivery{URL: ceilingURL, Secret: benchSecret, ID: id, EventType: "delivered", Body: body})
+		if out.Verdict != webhook.Success {
+			return fmt.Errorf("ceiling POST: %d %s", out.StatusCode, out.Error)
+		}
+		return nil
+	}, activity.RegisterOptions{Name: "CeilingPost"})
+}
+
+// ceilingURL is set once the receiver listens.
+var ceilingURL string
+
+func runCeiling(ctx context.Context, tc client.Client, rcv *arrivals, n int) (float64, error) {
+	rcv.expect(n)
+	start := time.Now()
+	if err := parallel(n, func(int) error {
+		id := uuid.NewString()
+		_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "ceiling:" + id, TaskQueue: ceilingQueue}, "CeilingDelivery", id)
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	if err := rcv.wait(ctx, 10*time.Minute); err != nil {
+		return 0, err
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+func measurePlain(ctx context.Context, httpClient *http.Client, url string, n int) float64 {
+	body, _ := webhook.BuildBody("delivered", time.Now(), uuid.NewString(), "someone@customer.example", "Your receipt")
+	start := time.Now()
+	_ = parallel(n, func(int) error {
+		webhook.Send(ctx, httpClient, webhook.Delivery{URL: url, Secret: benchSecret, ID: uuid.NewString(), EventType: "delivered", Body: body})
+		return nil
+	})
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// quietSDK keeps the Temporal SDK's logs out of the figures.
+type quietSDK struct{}
+
+func (quietSDK) Debug(string, ...interface{}) {}
+func (quietSDK) Info(string, ...interface{})  {}
+func (quietSDK) Warn(string, ...interface{})  {}
+func (quietSDK) Error(string, ...interface{}) {}
