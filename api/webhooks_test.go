@@ -82,7 +82,7 @@ func TestCreateWebhookValidation(t *testing.T) {
 		{"no types", map[string]any{"url": "https://hooks.example.com/", "event_types": []string{}}, "body.event_types"},
 		{"unknown type", map[string]any{"url": "https://hooks.example.com/", "event_types": []string{"sent"}}, "body.event_types[0]"},
 		{"duplicate type", map[string]any{"url": "https://hooks.example.com/", "event_types": []string{"opened", "opened"}}, "body.event_types"},
-		{"missing types", map[string]any{"url": "https://hooks.example.com/"}, "body"},
+		{"missing types", map[string]any{"url": "https://hooks.example.com/"}, "body.event_types"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
