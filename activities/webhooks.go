@@ -1,5 +1,3 @@
-// Package activities holds the Temporal activities: structs whose fields are
-// their dependencies, so tests hand them real or substitute parts.
 package activities
 
 import (

@@ -107,12 +107,16 @@ func serveHTTP(ctx context.Context, name, addr string, h http.Handler, logger *s
 	return nil
 }
 
-func cmdAPI(ctx context.Context, logger *slog.Logger) error {
-	cfg, err := config.Load(config.Need{Database: true, EncryptionKey: true, InternalToken: true})
+// withStoreAndTemporal loads the configuration a long-running process needs,
+// opens the store (refusing a schema that is behind) and a Temporal client, and
+// runs the process until ctx ends.
+func withStoreAndTemporal(ctx context.Context, logger *slog.Logger, name string, need config.Need,
+	run func(context.Context, *config.Config, *store.Store, client.Client, *slog.Logger) error) error {
+	cfg, err := config.Load(need)
 	if err != nil {
 		return err
 	}
-	logger.Info("starting api", "config", cfg.String())
+	logger.Info("starting "+name, "config", cfg.String())
 	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return err
@@ -123,26 +127,15 @@ func cmdAPI(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	defer tc.Close()
-	return serveAPI(ctx, cfg, st, tc, logger)
+	return run(ctx, cfg, st, tc, logger)
+}
+
+func cmdAPI(ctx context.Context, logger *slog.Logger) error {
+	return withStoreAndTemporal(ctx, logger, "api", config.Need{Database: true, EncryptionKey: true, InternalToken: true}, serveAPI)
 }
 
 func cmdWorker(ctx context.Context, logger *slog.Logger) error {
-	cfg, err := config.Load(config.Need{Database: true, EncryptionKey: true})
-	if err != nil {
-		return err
-	}
-	logger.Info("starting worker", "config", cfg.String())
-	st, err := openStore(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	tc, err := dialTemporal(cfg, logger)
-	if err != nil {
-		return err
-	}
-	defer tc.Close()
-	return runWorker(ctx, cfg, st, tc, logger)
+	return withStoreAndTemporal(ctx, logger, "worker", config.Need{Database: true, EncryptionKey: true}, runWorker)
 }
 
 func cmdDNS(ctx context.Context, logger *slog.Logger) error {

@@ -2,9 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql/driver"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -16,44 +13,8 @@ const (
 	KeyRevoked = "revoked"
 )
 
-// Permissions is stored as a comma-separated list so that both databases keep it in
-// one portable TEXT column; the set is small and fixed.
-type Permissions []string
-
-// Value implements driver.Valuer.
-func (p Permissions) Value() (driver.Value, error) { return strings.Join(p, ","), nil }
-
-// Scan implements sql.Scanner.
-func (p *Permissions) Scan(src any) error {
-	var s string
-	switch v := src.(type) {
-	case string:
-		s = v
-	case []byte:
-		s = string(v)
-	case nil:
-		*p = nil
-		return nil
-	default:
-		return fmt.Errorf("permissions: cannot scan %T", src)
-	}
-	if s == "" {
-		*p = Permissions{}
-		return nil
-	}
-	*p = strings.Split(s, ",")
-	return nil
-}
-
-// Has reports whether the permission is in the set.
-func (p Permissions) Has(perm string) bool {
-	for _, q := range p {
-		if q == perm {
-			return true
-		}
-	}
-	return false
-}
+// Permissions are a key's permissions: send, stats, admin.
+type Permissions = CommaList
 
 // APIKey is a credential. Only the SHA-256 digest of the secret is stored.
 type APIKey struct {

@@ -2,10 +2,7 @@ package store
 
 import (
 	"context"
-	"database/sql/driver"
 	"errors"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -25,44 +22,8 @@ const (
 // webhooks it may have.
 var ErrLimitReached = errors.New("limit reached")
 
-// EventTypes is stored as a comma-separated list in one portable TEXT column;
-// the catalogue is small and fixed.
-type EventTypes []string
-
-// Value implements driver.Valuer.
-func (e EventTypes) Value() (driver.Value, error) { return strings.Join(e, ","), nil }
-
-// Scan implements sql.Scanner.
-func (e *EventTypes) Scan(src any) error {
-	var s string
-	switch v := src.(type) {
-	case string:
-		s = v
-	case []byte:
-		s = string(v)
-	case nil:
-		*e = EventTypes{}
-		return nil
-	default:
-		return fmt.Errorf("event types: cannot scan %T", src)
-	}
-	if s == "" {
-		*e = EventTypes{}
-		return nil
-	}
-	*e = strings.Split(s, ",")
-	return nil
-}
-
-// Has reports whether the webhook subscribes to the type.
-func (e EventTypes) Has(t string) bool {
-	for _, x := range e {
-		if x == t {
-			return true
-		}
-	}
-	return false
-}
+// EventTypes are the event types a webhook subscribes to.
+type EventTypes = CommaList
 
 // WebhookSecretBinding names the row a webhook's signing secret is sealed to,
 // so a ciphertext copied to another webhook does not decrypt.
