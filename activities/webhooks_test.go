@@ -1,0 +1,158 @@
+package activities_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/uuid"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/mailyard/mailyard/activities"
+	"github.com/mailyard/mailyard/internal/secrets"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/testenv"
+	"github.com/mailyard/mailyard/internal/webhook"
+	"github.com/mailyard/mailyard/workflows/delivery"
+)
+
+// deliveryFixture is the delivery activity over a real PostgreSQL database, with
+// an HTTPS receiver on loopback that answers with status and counts requests.
+type deliveryFixture struct {
+	a        *activities.Webhooks
+	st       *store.Store
+	webhook  *store.Webhook
+	received atomic.Int32
+	answer   atomic.Int32
+	lastBody atomic.Value
+}
+
+func newDeliveryFixture(t *testing.T) *deliveryFixture {
+	t.Helper()
+	f := &deliveryFixture{st: testenv.OpenStore(t, testenv.PostgresURL(t))}
+	f.answer.Store(http.StatusOK)
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		f.lastBody.Store(body)
+		f.received.Add(1)
+		w.WriteHeader(int(f.answer.Load()))
+	}))
+	t.Cleanup(srv.Close)
+	pool := x509.NewCertPool()
+	pool.AddCert(srv.Certificate())
+	box, err := secrets.New(bytes.Repeat([]byte{9}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.a = &activities.Webhooks{Store: f.st, Box: box, Client: webhook.NewClient(webhook.Policy{AllowPrivateNetworks: true}, webhook.WithRootCAs(pool))}
+
+	ctx := context.Background()
+	org, err := f.st.CreateOrganizationWithKey(ctx, "acme", &store.APIKey{Label: "k", Username: "u", Prefix: "p", Digest: []byte("d-" + t.Name()), Permissions: store.Permissions{"admin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.webhook = &store.Webhook{OrganizationID: org.ID, URL: srv.URL + "/hook", EventTypes: store.EventTypes{"delivered"}}
+	if err := f.st.CreateWebhook(ctx, f.webhook, 20, func(id int64) ([]byte, error) {
+		return box.Seal([]byte("whsec_dGVzdC1zZWNyZXQtdGVzdC1zZWNyZXQtdGVzdC1zZWNyZXQ="), store.WebhookSecretBinding(id))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *deliveryFixture) newDelivery(t *testing.T) string {
+	t.Helper()
+	id := uuid.NewString()
+	if err := f.st.CreateDelivery(context.Background(), &store.Delivery{ID: id, OrganizationID: f.webhook.OrganizationID, WebhookID: f.webhook.ID, EventType: "delivered", Body: []byte(`{"event_type":"delivered"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func (f *deliveryFixture) deliveryStatus(t *testing.T, id string) string {
+	t.Helper()
+	d, _, err := f.st.DeliveryWithWebhook(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Status
+}
+
+func TestAttemptDeliversAndRecords(t *testing.T) {
+	f := newDeliveryFixture(t)
+	id := f.newDelivery(t)
+	res, err := f.a.Attempt(context.Background(), delivery.AttemptInput{DeliveryID: id, Attempt: 1})
+	if err != nil || res.Verdict != delivery.Delivered || res.StatusCode != 200 {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if got := f.lastBody.Load().([]byte); string(got) != `{"event_type":"delivered"}` {
+		t.Fatalf("sent %s", got)
+	}
+	if f.deliveryStatus(t, id) != store.DeliveryDelivered {
+		t.Fatal("delivery not marked delivered")
+	}
+	attempts, _ := f.st.AttemptsOf(context.Background(), []string{id})
+	if len(attempts[id]) != 1 || attempts[id][0].StatusCode == nil || *attempts[id][0].StatusCode != 200 {
+		t.Fatalf("attempts %+v", attempts)
+	}
+	// A late retry of the same activity sends nothing more.
+	res, err = f.a.Attempt(context.Background(), delivery.AttemptInput{DeliveryID: id, Attempt: 1})
+	if err != nil || res.Verdict != delivery.AlreadyFinished || f.received.Load() != 1 {
+		t.Fatalf("late retry: %+v %v, %d requests", res, err, f.received.Load())
+	}
+}
+
+func TestAttemptRetryableFinalAndGone(t *testing.T) {
+	f := newDeliveryFixture(t)
+	ctx := context.Background()
+
+	f.answer.Store(http.StatusInternalServerError)
+	id := f.newDelivery(t)
+	res, err := f.a.Attempt(ctx, delivery.AttemptInput{DeliveryID: id, Attempt: 1})
+	if err != nil || res.Verdict != delivery.Retry || f.deliveryStatus(t, id) != store.DeliveryPending {
+		t.Fatalf("500: %+v %v", res, err)
+	}
+	res, _ = f.a.Attempt(ctx, delivery.AttemptInput{DeliveryID: id, Attempt: 8, Final: true})
+	if res.Verdict != delivery.Retry || f.deliveryStatus(t, id) != store.DeliveryFailed {
+		t.Fatalf("final 500: %+v, status %s", res, f.deliveryStatus(t, id))
+	}
+
+	f.answer.Store(http.StatusGone)
+	gone := f.newDelivery(t)
+	res, _ = f.a.Attempt(ctx, delivery.AttemptInput{DeliveryID: gone, Attempt: 1})
+	if res.Verdict != delivery.ReceiverGone || f.deliveryStatus(t, gone) != store.DeliveryFailed {
+		t.Fatalf("410: %+v", res)
+	}
+	// The webhook is now disabled: the next delivery ends as gone, unsent.
+	before := f.received.Load()
+	next := f.newDelivery(t)
+	res, _ = f.a.Attempt(ctx, delivery.AttemptInput{DeliveryID: next, Attempt: 1})
+	if res.Verdict != delivery.WebhookGone || f.received.Load() != before || f.deliveryStatus(t, next) != store.DeliveryFailed {
+		t.Fatalf("after 410: %+v, %d requests", res, f.received.Load()-before)
+	}
+	// An unknown delivery is gone too.
+	if res, err := f.a.Attempt(ctx, delivery.AttemptInput{DeliveryID: uuid.NewString(), Attempt: 1}); err != nil || res.Verdict != delivery.WebhookGone {
+		t.Fatalf("unknown delivery: %+v %v", res, err)
+	}
+}
+
+func TestAttemptWithUnreadableSecretIsNonRetryable(t *testing.T) {
+	f := newDeliveryFixture(t)
+	other, _ := secrets.New(bytes.Repeat([]byte{1}, 32))
+	f.a.Box = other // as if MAILYARD_ENCRYPTION_KEY changed
+	id := f.newDelivery(t)
+	_, err := f.a.Attempt(context.Background(), delivery.AttemptInput{DeliveryID: id, Attempt: 1})
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) || !appErr.NonRetryable() {
+		t.Fatalf("want a non-retryable error, got %v", err)
+	}
+	if bytes.Contains([]byte(err.Error()), []byte("whsec_")) || f.received.Load() != 0 || f.deliveryStatus(t, id) != store.DeliveryFailed {
+		t.Fatalf("error %q, %d requests, status %s", err, f.received.Load(), f.deliveryStatus(t, id))
+	}
+}
