@@ -35,19 +35,11 @@ const (
 // that runs the same two queries (key by digest, domains of the organization) and
 // writes the same JSON.
 func benchAPI(ctx context.Context) error {
-	dbURL, drop, err := throwawayDatabase(ctx)
+	st, done, err := benchStore(ctx)
 	if err != nil {
 		return err
 	}
-	defer drop()
-	st, err := store.Open(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	if _, err := st.Migrate(ctx); err != nil {
-		return err
-	}
+	defer done()
 	secret, _ := keys.NewAPIKey()
 	org, err := st.CreateOrganizationWithKey(ctx, "bench", &store.APIKey{
 		Label: "bench", Username: "bench", Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: store.Permissions{"admin"},
@@ -147,6 +139,26 @@ func bareListDomains(st *store.Store) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"status": "success", "data": map[string]any{"domains": out}})
 	})
+}
+
+// benchStore opens a migrated store on a throwaway database; done closes and
+// drops it.
+func benchStore(ctx context.Context) (*store.Store, func(), error) {
+	dbURL, drop, err := throwawayDatabase(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := store.Open(ctx, dbURL)
+	if err != nil {
+		drop()
+		return nil, nil, err
+	}
+	done := func() { _ = st.Close(); drop() }
+	if _, err := st.Migrate(ctx); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return st, done, nil
 }
 
 // throwawayDatabase creates a database for the run on MAILYARD_TEST_DATABASE_URL's

@@ -104,19 +104,11 @@ func benchDelivery(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	defer tsrv.Stop()
-	dbURL, drop, err := throwawayDatabase(ctx)
+	st, done, err := benchStore(ctx)
 	if err != nil {
 		return err
 	}
-	defer drop()
-	st, err := store.Open(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	if _, err := st.Migrate(ctx); err != nil {
-		return err
-	}
+	defer done()
 
 	rcv := &arrivals{}
 	rsrv := httptest.NewUnstartedServer(rcv)

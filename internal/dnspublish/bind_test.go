@@ -1,7 +1,6 @@
 package dnspublish
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/base64"
 	"fmt"
@@ -10,12 +9,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/mailyard/mailyard/internal/testenv"
 )
 
 const testZone = "dkim.mailyard.test"
@@ -68,7 +68,7 @@ zone "%[5]s" {
 };
 `, dir, port, updateSecret, otherSecret, testZone, zoneFile))
 
-	var stderr syncBuffer
+	var stderr testenv.SyncBuffer
 	cmd := exec.Command(named, "-g", "-4", "-n", "1", "-c", conf)
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	if err := cmd.Start(); err != nil {
@@ -111,7 +111,7 @@ func findNamed(t *testing.T) string {
 
 // waitForSOA polls until named answers for the zone, failing early with
 // named's log if it exits.
-func waitForSOA(t *testing.T, addr string, exited <-chan error, log *syncBuffer) {
+func waitForSOA(t *testing.T, addr string, exited <-chan error, log *testenv.SyncBuffer) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	client := &dns.Client{Net: "tcp", Timeout: 500 * time.Millisecond}
@@ -165,22 +165,4 @@ func writeFile(t *testing.T, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// syncBuffer collects named's output, written from exec's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,20 +1,20 @@
 package dnsserver
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 
 	"github.com/mailyard/mailyard/internal/dnspublish"
+
+	"github.com/mailyard/mailyard/internal/testenv"
 )
 
 const zone = "dkim.mailyard.test"
@@ -45,7 +45,7 @@ func dkimValue(t *testing.T, bits int) string {
 
 type testServer struct {
 	addr string
-	logs *syncBuffer
+	logs *testenv.SyncBuffer
 }
 
 // startServer runs a Server on 127.0.0.1, one free port for UDP and TCP,
@@ -56,7 +56,7 @@ func startServer(t *testing.T, src Source) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	srv := New(strings.ToUpper(zone)+".", src, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -379,22 +379,4 @@ func TestListenAndServeReportsBadAddress(t *testing.T) {
 	if err == nil {
 		t.Fatal("no error for an address without a port")
 	}
-}
-
-// syncBuffer collects log output written from the server's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

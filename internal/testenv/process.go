@@ -48,7 +48,7 @@ func Binary(t testing.TB) string {
 // Process is a running mailyard subcommand.
 type Process struct {
 	cmd    *exec.Cmd
-	output *syncBuffer
+	output *SyncBuffer
 	done   chan struct{}
 }
 
@@ -58,7 +58,7 @@ func Start(t testing.TB, env []string, args ...string) *Process {
 	t.Helper()
 	cmd := exec.Command(Binary(t), args...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
-	p := &Process{cmd: cmd, output: &syncBuffer{}, done: make(chan struct{})}
+	p := &Process{cmd: cmd, output: &SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.output, p.output
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -116,18 +116,20 @@ func WaitListening(t testing.TB, addr string, timeout time.Duration) {
 	})
 }
 
-type syncBuffer struct {
+// SyncBuffer collects output written from several goroutines (a child's stdout
+// and stderr, a server's logs).
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
