@@ -22,13 +22,21 @@ type DNSZone struct {
 func StartDNSZone(t testing.TB) *DNSZone {
 	t.Helper()
 	z := &DNSZone{records: map[string][]dns.RR{}}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err)
+	// UDP picks a free port; TCP must get the same one, which another process
+	// may hold, so try a few ports.
+	var pc net.PacketConn
+	var ln net.Listener
+	for attempt := 0; ln == nil; attempt++ {
+		var err error
+		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		if ln, err = net.Listen("tcp", pc.LocalAddr().String()); err != nil {
+			pc.Close()
+			if attempt == 10 {
+				t.Fatal(err)
+			}
+		}
 	}
 	z.Addr = pc.LocalAddr().String()
 	udp := &dns.Server{PacketConn: pc, Handler: z}
