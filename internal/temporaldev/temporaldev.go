@@ -69,7 +69,22 @@ func FindBinary() (string, error) {
 }
 
 // Start launches the server and waits until its frontend answers health checks.
+// Ports left at 0 are chosen free; since another process may take one between
+// the choice and the server's bind, such a start is tried up to three times.
 func Start(ctx context.Context, o Options) (*Server, error) {
+	tries := 1
+	if o.Port == 0 {
+		tries = 3
+	}
+	for try := 1; ; try++ {
+		s, err := start(ctx, o)
+		if err == nil || try == tries || ctx.Err() != nil {
+			return s, err
+		}
+	}
+}
+
+func start(ctx context.Context, o Options) (*Server, error) {
 	if o.Binary == "" {
 		bin, err := FindBinary()
 		if err != nil {
