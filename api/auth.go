@@ -43,6 +43,17 @@ func principalFrom(ctx context.Context) Principal {
 	return p
 }
 
+// writeMiddlewareError answers from a Huma middleware, before any operation
+// runs, with the error envelope.
+func writeMiddlewareError(api huma.API, ctx huma.Context, e *ErrorResponse) {
+	for k, v := range e.headers {
+		ctx.SetHeader(k, strings.Join(v, ", "))
+	}
+	ctx.SetHeader("Content-Type", "application/json")
+	ctx.SetStatus(e.status)
+	_ = api.Marshal(ctx.BodyWriter(), "application/json", e)
+}
+
 // bearerToken extracts the key from "Authorization: Bearer <key>".
 func bearerToken(header string) (string, bool) {
 	scheme, token, ok := strings.Cut(header, " ")
@@ -62,14 +73,7 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		next(ctx)
 		return
 	}
-	fail := func(e *ErrorResponse) {
-		for k, v := range e.headers {
-			ctx.SetHeader(k, strings.Join(v, ", "))
-		}
-		ctx.SetHeader("Content-Type", "application/json")
-		ctx.SetStatus(e.status)
-		_ = s.api.Marshal(ctx.BodyWriter(), "application/json", e)
-	}
+	fail := func(e *ErrorResponse) { writeMiddlewareError(s.api, ctx, e) }
 
 	token, ok := bearerToken(ctx.Header("Authorization"))
 	if !ok {

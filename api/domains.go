@@ -187,7 +187,7 @@ func (s *Server) getDNSRecords(ctx context.Context, in *DomainIDInput) (*Respons
 	if err != nil {
 		return nil, domainNotFound(err)
 	}
-	return s.dnsRecordsResponse(ctx, d.ID)
+	return s.dnsRecordsResponse(ctx, d)
 }
 
 func (s *Server) verifyDomain(ctx context.Context, in *DomainIDInput) (*Response[DNSRecordsData], error) {
@@ -198,16 +198,15 @@ func (s *Server) verifyDomain(ctx context.Context, in *DomainIDInput) (*Response
 	if err := s.onboarding.Verify(ctx, d); err != nil {
 		return nil, err
 	}
-	return s.dnsRecordsResponse(ctx, d.ID)
-}
-
-func (s *Server) dnsRecordsResponse(ctx context.Context, domainID int64) (*Response[DNSRecordsData], error) {
-	// Read after the check so the answer shows what it stored.
-	d, err := s.store.DomainByID(ctx, domainID)
-	if err != nil {
+	// Read again: the answer shows what the check stored.
+	if d, err = s.store.DomainByID(ctx, d.ID); err != nil {
 		return nil, domainNotFound(err)
 	}
-	records, err := s.store.DomainRecords(ctx, domainID)
+	return s.dnsRecordsResponse(ctx, d)
+}
+
+func (s *Server) dnsRecordsResponse(ctx context.Context, d *store.Domain) (*Response[DNSRecordsData], error) {
+	records, err := s.store.DomainRecords(ctx, d.ID)
 	if err != nil {
 		return nil, err
 	}

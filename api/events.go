@@ -41,14 +41,9 @@ type IngestEventResponse = Response[IngestEventData]
 // MAILYARD_INTERNAL_TOKEN. Call it once per listener.
 func (s *Server) InternalHandler() http.Handler {
 	mux := http.NewServeMux()
-	cfg := huma.DefaultConfig("Mailyard internal", "1.0.0")
-	cfg.Info.Description = "Event ingest from the sending pipeline."
-	cfg.CreateHooks = nil
+	cfg := humaConfig("Mailyard internal", "Event ingest from the sending pipeline.", "MAILYARD_INTERNAL_TOKEN")
 	cfg.DocsPath = ""
 	cfg.OpenAPIPath = "/internal/openapi"
-	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
-		bearerScheme: {Type: "http", Scheme: "bearer", Description: "MAILYARD_INTERNAL_TOKEN"},
-	}
 	internal := humago.New(mux, cfg)
 	internal.UseMiddleware(s.requireInternalToken(internal))
 	huma.Register(internal, huma.Operation{
@@ -77,13 +72,7 @@ func (s *Server) requireInternalToken(api huma.API) func(huma.Context, func(huma
 		token, ok := bearerToken(ctx.Header("Authorization"))
 		want := s.cfg.InternalToken
 		if !ok || want == "" || subtle.ConstantTimeCompare([]byte(token), []byte(want)) != 1 {
-			e := unauthorizedError("missing or wrong internal token in the Authorization header")
-			for k, v := range e.headers {
-				ctx.SetHeader(k, v[0])
-			}
-			ctx.SetHeader("Content-Type", "application/json")
-			ctx.SetStatus(e.status)
-			_ = api.Marshal(ctx.BodyWriter(), "application/json", e)
+			writeMiddlewareError(api, ctx, unauthorizedError("missing or wrong internal token in the Authorization header"))
 			return
 		}
 		next(ctx)

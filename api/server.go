@@ -4,6 +4,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/verification"
 )
@@ -41,6 +43,9 @@ type Server struct {
 	logger   *slog.Logger
 	usage    *usageRecorder
 
+	// box seals and opens webhook signing secrets; nil without an encryption key.
+	box *secrets.Box
+
 	onboarding *onboardingRuns
 	deliveries *deliveryRuns
 
@@ -52,11 +57,16 @@ type Server struct {
 func New(d Deps) *Server {
 	installErrorModel(d.Logger)
 	s := &Server{cfg: d.Config, store: d.Store, temporal: d.Temporal, logger: d.Logger, usage: newUsageRecorder(d.Store, d.Logger)}
+	if len(d.Config.EncryptionKey) > 0 {
+		// The configuration checked the key's length, the only way New fails.
+		s.box, _ = secrets.New(d.Config.EncryptionKey)
+	}
 	s.deliveries = &deliveryRuns{temporal: d.Temporal, schedule: d.DeliverySchedule, logger: d.Logger}
 	s.onboarding = &onboardingRuns{temporal: d.Temporal, store: d.Store, verifier: d.Verifier, schedule: d.Config.VerifySchedule, logger: d.Logger}
 
 	mux := http.NewServeMux()
-	s.api = humago.New(mux, apiConfig())
+	s.api = humago.New(mux, humaConfig("Mailyard", "Management API for sending domains, API credentials and webhooks.",
+		"An API key: `Authorization: Bearer myk_...`."))
 	s.api.UseMiddleware(s.authenticate)
 	s.registerHealth()
 	s.registerDomains()
@@ -65,6 +75,15 @@ func New(d Deps) *Server {
 
 	s.handler = withRequestID(d.Logger, withEnvelopedFallbacks(mux))
 	return s
+}
+
+// secretBox is the encryption of signing secrets, or an error when the process
+// was started without MAILYARD_ENCRYPTION_KEY.
+func (s *Server) secretBox() (*secrets.Box, error) {
+	if s.box == nil {
+		return nil, errors.New("MAILYARD_ENCRYPTION_KEY is not configured")
+	}
+	return s.box, nil
 }
 
 // Handler is the public listener's handler.
@@ -76,13 +95,14 @@ func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
 // Run does the API's background work (recording key use) until ctx ends.
 func (s *Server) Run(ctx context.Context) { s.usage.Run(ctx) }
 
-func apiConfig() huma.Config {
-	cfg := huma.DefaultConfig("Mailyard", "1.0.0")
-	cfg.Info.Description = "Management API for sending domains, API credentials and webhooks."
-	// No $schema links in bodies: the envelope is the whole contract.
+// humaConfig is the configuration both listeners share: no $schema links in
+// bodies (the envelope is the whole contract) and a bearer security scheme.
+func humaConfig(title, description, bearerDoc string) huma.Config {
+	cfg := huma.DefaultConfig(title, "1.0.0")
+	cfg.Info.Description = description
 	cfg.CreateHooks = nil
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
-		bearerScheme: {Type: "http", Scheme: "bearer", Description: "An API key: `Authorization: Bearer myk_...`."},
+		bearerScheme: {Type: "http", Scheme: "bearer", Description: bearerDoc},
 	}
 	return cfg
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/webhook"
 )
@@ -114,7 +113,7 @@ func (s *Server) createWebhook(ctx context.Context, in *CreateWebhookInput) (*Re
 	if err != nil {
 		return nil, err
 	}
-	box, err := secrets.New(s.cfg.EncryptionKey)
+	box, err := s.secretBox()
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +178,7 @@ func (s *Server) getWebhookSecret(ctx context.Context, in *WebhookIDInput) (*Res
 	if err != nil {
 		return nil, err
 	}
-	box, err := secrets.New(s.cfg.EncryptionKey)
+	box, err := s.secretBox()
 	if err != nil {
 		return nil, err
 	}

@@ -33,19 +33,10 @@ func newDomainWorker(d Deps) (sdkworker.Worker, error) {
 	return w, nil
 }
 
-// Registry is the part of a worker (or replayer) that takes registrations.
-type Registry interface {
-	RegisterWorkflowWithOptions(w interface{}, options workflow.RegisterOptions)
-	RegisterActivityWithOptions(a interface{}, options activity.RegisterOptions)
-}
-
 // RegisterDomains registers the onboarding workflow and its activities under the
 // names of the contract.
-func RegisterDomains(r Registry, a *activities.Domains) {
+func RegisterDomains(r sdkworker.Registry, a *activities.Domains) {
 	r.RegisterWorkflowWithOptions(onboarding.Workflow, workflow.RegisterOptions{Name: onboarding.WorkflowName})
-	if a == nil {
-		return
-	}
 	r.RegisterActivityWithOptions(a.GenerateDKIMKeys, activity.RegisterOptions{Name: onboarding.GenerateKeysActivity})
 	r.RegisterActivityWithOptions(a.PublishDKIMKeys, activity.RegisterOptions{Name: onboarding.PublishKeysActivity})
 	r.RegisterActivityWithOptions(a.CheckDNSRecords, activity.RegisterOptions{Name: onboarding.CheckRecordsActivity})

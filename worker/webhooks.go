@@ -25,11 +25,8 @@ func newWebhookWorker(d Deps) (sdkworker.Worker, error) {
 }
 
 // RegisterWebhooks registers the delivery workflow and its activity under the
-// names of the contract; a replayer passes a nil activity struct.
-func RegisterWebhooks(r Registry, a *activities.Webhooks) {
+// names of the contract.
+func RegisterWebhooks(r sdkworker.Registry, a *activities.Webhooks) {
 	r.RegisterWorkflowWithOptions(delivery.Workflow, workflow.RegisterOptions{Name: delivery.WorkflowName})
-	if a == nil {
-		return
-	}
 	r.RegisterActivityWithOptions(a.Attempt, activity.RegisterOptions{Name: delivery.AttemptActivity})
 }
