@@ -15,13 +15,23 @@ import (
 	"github.com/mailyard/mailyard/workflows/onboarding"
 )
 
-// Domains are the onboarding workflow's activities.
+// Domains are the activities of a domain's workflows: onboarding, DKIM rotation
+// and deletion.
 type Domains struct {
 	Store     *store.Store
 	Box       *secrets.Box
 	Publisher dnspublish.Publisher
 	Verifier  *verification.Verifier
 	DKIMHost  string
+	// Events announces domain transitions to subscribed webhooks.
+	Events EventEmitter
+	// Rotations starts a verified domain's rotation workflow.
+	Rotations RotationStarter
+}
+
+// RotationStarter starts (or joins) a domain's DKIM rotation workflow.
+type RotationStarter interface {
+	StartRotation(ctx context.Context, domainID int64) error
 }
 
 // Selector is the DKIM selector of a domain's key at position 1 or 2.
@@ -30,14 +40,14 @@ func Selector(token string, position int) string {
 }
 
 // GenerateDKIMKeys makes the domain's two RSA-2048 key pairs, encrypts the private
-// keys bound to their selector, and stores them. Idempotent: a retry keeps the
-// keys a previous attempt stored. Nothing about the keys is returned.
+// keys bound to their row, and stores them. Idempotent: a retry keeps the keys a
+// previous attempt stored. Nothing about the keys is returned.
 func (a *Domains) GenerateDKIMKeys(ctx context.Context, domainID int64) error {
 	d, err := a.Store.DomainByID(ctx, domainID)
 	if err != nil {
 		return err
 	}
-	existing, err := a.Store.DKIMKeys(ctx, domainID)
+	existing, err := a.Store.CurrentDKIMKeys(ctx, domainID)
 	if err != nil {
 		return err
 	}
@@ -49,43 +59,54 @@ func (a *Domains) GenerateDKIMKeys(ctx context.Context, domainID int64) error {
 		if have[position] {
 			continue
 		}
-		pair, err := keys.NewDKIMKey()
-		if err != nil {
-			return err
-		}
-		selector := Selector(d.DKIMToken, position)
-		enc, err := a.Box.Seal(pair.PrivatePKCS8, secrets.Binding("dkim_keys", selector))
-		if err != nil {
-			return err
-		}
-		if _, err := a.Store.InsertDKIMKeyIfAbsent(ctx, &store.DKIMKey{
-			Selector: selector, DomainID: domainID, Position: position,
-			PrivateKeyEnc: enc, PublicKey: pair.PublicBase64,
-		}); err != nil {
+		if _, err := a.newKey(ctx, d.ID, Selector(d.DKIMToken, position), position, 1); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// newKey generates and stores generation gen of a selector's key unless it
+// exists, and returns the stored key.
+func (a *Domains) newKey(ctx context.Context, domainID int64, selector string, position, gen int) (*store.DKIMKey, error) {
+	pair, err := keys.NewDKIMKey()
+	if err != nil {
+		return nil, err
+	}
+	enc, err := a.Box.Seal(pair.PrivatePKCS8, store.DKIMKeyBinding(selector, gen))
+	if err != nil {
+		return nil, err
+	}
+	return a.Store.InsertDKIMKeyIfAbsent(ctx, &store.DKIMKey{
+		Selector: selector, DomainID: domainID, Position: position, Generation: gen,
+		State: store.DKIMPublishing, Bits: keys.DKIMKeyBits, PrivateKeyEnc: enc, PublicKey: pair.PublicBase64,
+	})
+}
+
 // PublishDKIMKeys publishes both public keys as TXT records at
-// <selector>.<dkim host>, where the customer's CNAMEs point.
+// <selector>.<dkim host>, where the customer's CNAMEs point; then key 1 is the
+// active key and key 2 the standby.
 func (a *Domains) PublishDKIMKeys(ctx context.Context, domainID int64) error {
-	ks, err := a.Store.DKIMKeys(ctx, domainID)
+	ks, err := a.Store.CurrentDKIMKeys(ctx, domainID)
 	if err != nil {
 		return err
 	}
 	if len(ks) != 2 {
 		return fmt.Errorf("domain %d has %d DKIM keys, want 2", domainID, len(ks))
 	}
+	if err := a.Publisher.Publish(ctx, a.records(ks...)); err != nil {
+		return err
+	}
+	return a.Store.MarkOnboardingKeysPublished(ctx, domainID, time.Now().UTC().Truncate(time.Microsecond))
+}
+
+// records are the TXT records that publish keys.
+func (a *Domains) records(ks ...store.DKIMKey) []dnspublish.Record {
 	records := make([]dnspublish.Record, len(ks))
 	for i, k := range ks {
 		records[i] = dnspublish.Record{Name: k.Selector + "." + a.DKIMHost, Value: keys.DKIMRecord(k.PublicKey)}
 	}
-	if err := a.Publisher.Publish(ctx, records); err != nil {
-		return err
-	}
-	return a.Store.MarkDKIMKeysPublished(ctx, domainID, time.Now().UTC())
+	return records
 }
 
 // CheckDNSRecords checks the customer's four records now and stores the result.
@@ -97,7 +118,30 @@ func (a *Domains) CheckDNSRecords(ctx context.Context, domainID int64) (onboardi
 	return onboarding.CheckResult{Status: out.Status, Verified: out.Verified, LookupFailed: out.LookupFailed, Total: out.Total}, nil
 }
 
-// FailDomain closes the verification window: a still-pending domain fails.
+// FailDomain closes the verification window: a still-pending domain fails, and
+// domain.failed is announced (once per window).
 func (a *Domains) FailDomain(ctx context.Context, domainID int64) (string, error) {
-	return a.Store.FailDomain(ctx, domainID)
+	status, err := a.Store.FailDomain(ctx, domainID)
+	if err != nil || status != store.DomainFailed {
+		return status, err
+	}
+	d, err := a.Store.DomainByID(ctx, domainID)
+	if err != nil {
+		return "", err
+	}
+	key := fmt.Sprintf("domain.failed:%d:%d", d.ID, d.WindowStartedAt.UnixMicro())
+	return status, a.announce(ctx, d, eventDomainFailed, key, nil)
+}
+
+// DomainVerified announces a verified domain (domain.verified, once) and starts
+// its DKIM rotation workflow. A domain deleted meanwhile is left alone.
+func (a *Domains) DomainVerified(ctx context.Context, domainID int64) error {
+	d, err := a.Store.DomainByID(ctx, domainID)
+	if err != nil || d.Status != store.DomainVerified {
+		return err
+	}
+	if err := a.announce(ctx, d, eventDomainVerified, fmt.Sprintf("domain.verified:%d", d.ID), nil); err != nil {
+		return err
+	}
+	return a.Rotations.StartRotation(ctx, d.ID)
 }

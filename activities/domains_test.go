@@ -61,7 +61,7 @@ func TestGenerateAndPublishDKIMKeys(t *testing.T) {
 	if err := a.GenerateDKIMKeys(ctx, d.ID); err != nil {
 		t.Fatal(err)
 	}
-	first, _ := st.DKIMKeys(ctx, d.ID)
+	first, _ := st.CurrentDKIMKeys(ctx, d.ID)
 	if len(first) != 2 || first[0].Selector != d.DKIMToken+"-1" || first[1].Selector != d.DKIMToken+"-2" {
 		t.Fatalf("keys %+v", first)
 	}
@@ -83,7 +83,7 @@ func TestGenerateAndPublishDKIMKeys(t *testing.T) {
 	if err := a.GenerateDKIMKeys(ctx, d.ID); err != nil {
 		t.Fatal(err)
 	}
-	again, _ := st.DKIMKeys(ctx, d.ID)
+	again, _ := st.CurrentDKIMKeys(ctx, d.ID)
 	if again[0].PublicKey != first[0].PublicKey || again[1].PublicKey != first[1].PublicKey {
 		t.Fatal("retry replaced the keys")
 	}
@@ -99,7 +99,7 @@ func TestGenerateAndPublishDKIMKeys(t *testing.T) {
 			t.Fatalf("published %s: %v %v", k.Selector, txt, err)
 		}
 	}
-	published, _ := st.DKIMKeys(ctx, d.ID)
+	published, _ := st.CurrentDKIMKeys(ctx, d.ID)
 	if published[0].PublishedAt == nil {
 		t.Fatal("published_at not recorded")
 	}

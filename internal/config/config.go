@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/mailyard/mailyard/workflows/onboarding"
 )
@@ -38,6 +39,13 @@ type Config struct {
 
 	WebhookAllowPrivateNetworks bool
 	WebhookAllowHTTP            bool
+
+	// DKIMRetain is how long an old DKIM key stays published after a rotation
+	// switched away from it, and a deleted domain's keys after the deletion.
+	DKIMRetain time.Duration
+	// DKIMRecheck is how often a rotation re-checks the customer's DNS while
+	// the standby key is not visible through their CNAME.
+	DKIMRecheck time.Duration
 
 	// VerifySchedule is how often the onboarding workflow checks DNS; empty means
 	// the default of PRODUCT.md §4.
@@ -84,6 +92,17 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 		}
 		return b
 	}
+	duration := func(name string, def time.Duration) time.Duration {
+		v := str(name, "")
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("%s: %q is not a positive Go duration (e.g. 168h, 20s)", name, v))
+		}
+		return d
+	}
 	addr := func(name, def string) string {
 		v := str(name, def)
 		if _, _, err := net.SplitHostPort(v); err != nil {
@@ -108,6 +127,8 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 		DNSResolver:                 str("MAILYARD_DNS_RESOLVER", ""),
 		WebhookAllowPrivateNetworks: boolean("MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS", false),
 		WebhookAllowHTTP:            boolean("MAILYARD_WEBHOOK_ALLOW_HTTP", false),
+		DKIMRetain:                  duration("MAILYARD_DKIM_RETAIN", 7*24*time.Hour),
+		DKIMRecheck:                 duration("MAILYARD_DKIM_RECHECK", 10*time.Minute),
 	}
 
 	if raw := str("MAILYARD_VERIFY_SCHEDULE", ""); raw != "" {
@@ -182,9 +203,9 @@ func (c *Config) String() string {
 		}
 		return "(unset)"
 	}
-	return fmt.Sprintf("database=%s temporal=%s/%s http=%s internal=%s internal_token=%s encryption_key=%s dkim_host=%s publisher=%s dns_addr=%s resolver=%q",
+	return fmt.Sprintf("database=%s temporal=%s/%s http=%s internal=%s internal_token=%s encryption_key=%s dkim_host=%s publisher=%s dns_addr=%s resolver=%q dkim_retain=%s dkim_recheck=%s",
 		RedactURL(c.DatabaseURL), c.TemporalAddress, c.TemporalNamespace, c.HTTPAddr, c.InternalAddr,
-		mask(c.InternalToken != ""), mask(len(c.EncryptionKey) > 0), c.DKIMHost, c.DNSPublisher, c.DNSAddr, c.DNSResolver)
+		mask(c.InternalToken != ""), mask(len(c.EncryptionKey) > 0), c.DKIMHost, c.DNSPublisher, c.DNSAddr, c.DNSResolver, c.DKIMRetain, c.DKIMRecheck)
 }
 
 // RedactURL hides a password in a database URL.

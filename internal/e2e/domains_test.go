@@ -145,7 +145,7 @@ func TestDomainOnboardingEndToEnd(t *testing.T) {
 func assertNoKeyMaterial(t *testing.T, s *stack, domainID int64, history []byte) {
 	t.Helper()
 	st := testenv.OpenStore(t, s.databaseURL)
-	keysOf, err := st.DKIMKeys(context.Background(), domainID)
+	keysOf, err := st.CurrentDKIMKeys(context.Background(), domainID)
 	if err != nil || len(keysOf) != 2 {
 		t.Fatalf("keys of %d: %v %v", domainID, keysOf, err)
 	}

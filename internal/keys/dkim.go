@@ -5,6 +5,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/base64"
+	"strings"
 )
 
 // DKIMKeyBits is the RSA size of DKIM keys: 2048 bits is what receivers expect
@@ -38,4 +39,19 @@ func NewDKIMKey() (DKIMKey, error) {
 // DKIMRecord is the TXT value published for a public key.
 func DKIMRecord(publicBase64 string) string {
 	return "v=DKIM1; k=rsa; p=" + publicBase64
+}
+
+// DKIMRecordPublicKey returns the p= tag of a DKIM key record (RFC 6376 §3.6.1),
+// with the whitespace a record may fold into it removed, and false when value
+// is not a DKIM key record with a key.
+func DKIMRecordPublicKey(value string) (string, bool) {
+	for _, tag := range strings.Split(value, ";") {
+		name, v, ok := strings.Cut(tag, "=")
+		if !ok || strings.TrimSpace(name) != "p" {
+			continue
+		}
+		p := strings.Join(strings.Fields(v), "")
+		return p, p != ""
+	}
+	return "", false
 }

@@ -2,51 +2,135 @@ package store
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
+
+	"github.com/mailyard/mailyard/internal/secrets"
 )
 
-// DKIMKey is one key pair of a domain; selector is "<token>-<position>".
+// DKIM key states (README "Domain lifecycle"). A selector holds one active or
+// standby key at a time; a replacement key is publishing beside the standby key
+// it replaces; a retired key is no longer published and its private key is
+// erased.
+const (
+	DKIMPublishing = "publishing"
+	DKIMActive     = "active"
+	DKIMStandby    = "standby"
+	DKIMRetired    = "retired"
+)
+
+// DKIMKey is one key pair behind a selector ("<token>-<position>"). Rotation
+// replaces the key behind a selector, so a selector has a generation per key.
 type DKIMKey struct {
 	bun.BaseModel `bun:"table:dkim_keys"`
 
-	Selector      string     `bun:"selector,pk"`
-	DomainID      int64      `bun:"domain_id,notnull"`
-	Position      int        `bun:"position,notnull"`
-	PrivateKeyEnc []byte     `bun:"private_key_enc,notnull"`
+	ID         int64  `bun:"id,pk,autoincrement"`
+	Selector   string `bun:"selector,notnull"`
+	DomainID   int64  `bun:"domain_id,notnull"`
+	Position   int    `bun:"position,notnull"`
+	Generation int    `bun:"generation,notnull"`
+	State      string `bun:"state,notnull"`
+	Bits       int    `bun:"bits,notnull"`
+	// PrivateKeyEnc is sealed with DKIMKeyBinding; nil once erased.
+	PrivateKeyEnc []byte     `bun:"private_key_enc"`
 	PublicKey     string     `bun:"public_key,notnull"`
 	CreatedAt     time.Time  `bun:"created_at,notnull"`
 	PublishedAt   *time.Time `bun:"published_at"`
+	RetiredAt     *time.Time `bun:"retired_at"`
 }
 
-// InsertDKIMKeyIfAbsent stores a key unless the selector already has one, and
-// returns the stored key either way: an activity retried after a crash keeps the
-// key it made the first time instead of replacing a key already published.
+// DKIMKeyBinding names the exact key row a private key is sealed to: its
+// selector and generation. Generation 1 keeps the form of the first release
+// (the selector alone), so keys stored then still open.
+func DKIMKeyBinding(selector string, generation int) []byte {
+	if generation <= 1 {
+		return secrets.Binding("dkim_keys", selector)
+	}
+	return secrets.Binding("dkim_keys", selector+"#"+strconv.Itoa(generation))
+}
+
+// InsertDKIMKeyIfAbsent stores a key unless the selector already has one of that
+// generation, and returns the stored key either way: an activity retried after a
+// crash keeps the key it made the first time instead of replacing a key already
+// published.
 func (s *Store) InsertDKIMKeyIfAbsent(ctx context.Context, k *DKIMKey) (*DKIMKey, error) {
 	if k.CreatedAt.IsZero() {
 		k.CreatedAt = now()
 	}
-	if _, err := s.DB.NewInsert().Model(k).On("CONFLICT (selector) DO NOTHING").Exec(ctx); err != nil {
+	if k.Generation == 0 {
+		k.Generation = 1
+	}
+	if k.State == "" {
+		k.State = DKIMPublishing
+	}
+	if _, err := s.DB.NewInsert().Model(k).On("CONFLICT (selector, generation) DO NOTHING").Exec(ctx); err != nil {
 		return nil, err
 	}
 	stored := new(DKIMKey)
-	err := s.DB.NewSelect().Model(stored).Where("selector = ?", k.Selector).Scan(ctx)
+	err := s.DB.NewSelect().Model(stored).Where("selector = ?", k.Selector).Where("generation = ?", k.Generation).Scan(ctx)
 	return stored, notFound(err)
 }
 
-// DKIMKeys returns a domain's keys by position.
-func (s *Store) DKIMKeys(ctx context.Context, domainID int64) ([]DKIMKey, error) {
+// CurrentDKIMKeys returns a domain's keys that are not retired, by position and
+// generation: the active and standby keys, and a replacement being published.
+func (s *Store) CurrentDKIMKeys(ctx context.Context, domainID int64) ([]DKIMKey, error) {
 	var ks []DKIMKey
-	err := s.DB.NewSelect().Model(&ks).Where("domain_id = ?", domainID).OrderExpr("position").Scan(ctx)
+	err := s.DB.NewSelect().Model(&ks).Where("domain_id = ?", domainID).Where("state <> ?", DKIMRetired).
+		OrderExpr("position, generation").Scan(ctx)
 	return ks, err
 }
 
-// MarkDKIMKeysPublished records when a domain's keys went out.
-func (s *Store) MarkDKIMKeysPublished(ctx context.Context, domainID int64, at time.Time) error {
-	_, err := s.DB.NewUpdate().Model((*DKIMKey)(nil)).Set("published_at = ?", at).
-		Where("domain_id = ?", domainID).Where("published_at IS NULL").Exec(ctx)
+// MarkOnboardingKeysPublished records that a new domain's first keys went out:
+// key 1 becomes active (it signs), key 2 the standby. Repeating it is harmless.
+func (s *Store) MarkOnboardingKeysPublished(ctx context.Context, domainID int64, at time.Time) error {
+	_, err := s.DB.NewUpdate().Model((*DKIMKey)(nil)).
+		Set("published_at = ?", at).
+		Set("state = CASE WHEN position = 1 THEN ? ELSE ? END", DKIMActive, DKIMStandby).
+		Where("domain_id = ?", domainID).Where("generation = 1").Where("state = ?", DKIMPublishing).
+		Exec(ctx)
+	return err
+}
+
+// ErrNoDKIMKey is returned when a domain has no key in the state asked for.
+var ErrNoDKIMKey = errors.New("no such DKIM key")
+
+// DKIMKeyInState returns the domain's key in state (active, standby or
+// publishing; the lowest generation first).
+func (s *Store) DKIMKeyInState(ctx context.Context, domainID int64, state string) (*DKIMKey, error) {
+	k := new(DKIMKey)
+	err := s.DB.NewSelect().Model(k).Where("domain_id = ?", domainID).Where("state = ?", state).
+		OrderExpr("generation").Limit(1).Scan(ctx)
+	if err != nil {
+		if errors.Is(notFound(err), ErrNotFound) {
+			return nil, ErrNoDKIMKey
+		}
+		return nil, err
+	}
+	return k, nil
+}
+
+// DKIMSelectors lists every selector a domain has ever had keys for, which are
+// the names its deletion removes from the zone.
+func (s *Store) DKIMSelectors(ctx context.Context, domainID int64) ([]string, error) {
+	var selectors []string
+	err := s.DB.NewSelect().Model((*DKIMKey)(nil)).ColumnExpr("DISTINCT selector").
+		Where("domain_id = ?", domainID).OrderExpr("selector").Scan(ctx, &selectors)
+	return selectors, err
+}
+
+// EraseDKIMKeys retires every key of a domain and erases the private keys.
+func (s *Store) EraseDKIMKeys(ctx context.Context, domainID int64) error {
+	at := now()
+	_, err := s.DB.NewUpdate().Model((*DKIMKey)(nil)).
+		Set("state = ?", DKIMRetired).Set("private_key_enc = NULL").
+		Set("retired_at = COALESCE(retired_at, ?)", at).
+		Where("domain_id = ?", domainID).
+		Where("state <> ? OR private_key_enc IS NOT NULL", DKIMRetired).
+		Exec(ctx)
 	return err
 }
 

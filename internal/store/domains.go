@@ -15,6 +15,11 @@ const (
 	DomainPending  = "pending"
 	DomainVerified = "verified"
 	DomainFailed   = "failed"
+	// DomainDeleting: deleted for the customer (404, in no list, credentials
+	// revoked) while its deletion workflow has not been confirmed started; a
+	// repeated DELETE finishes it. DomainDeleted: that workflow runs or ran.
+	DomainDeleting = "deleting"
+	DomainDeleted  = "deleted"
 )
 
 // Record statuses.
@@ -40,6 +45,38 @@ type Domain struct {
 	// WindowStartedAt opens the current verification window (72 h by default);
 	// Verify on a failed domain starts a new one.
 	WindowStartedAt time.Time `bun:"window_started_at,notnull"`
+	// DeletedAt is set when the customer deleted the domain; the row stays for
+	// its deletion workflow and history.
+	DeletedAt *time.Time `bun:"deleted_at"`
+
+	// DKIM rotation settings and the state of the current or last rotation.
+	RotationEnabled      bool       `bun:"dkim_rotation_enabled,notnull"`
+	RotationIntervalDays int        `bun:"dkim_rotation_interval_days,notnull"`
+	LastRotatedAt        *time.Time `bun:"dkim_last_rotated_at"`
+	RotationStatus       *string    `bun:"dkim_rotation_status"`
+}
+
+// RotationInProgress reports whether a DKIM rotation has begun and not finished.
+func (d *Domain) RotationInProgress() bool {
+	return d.RotationStatus != nil && (*d.RotationStatus == RotationWaitingForDNS || *d.RotationStatus == RotationSwitched)
+}
+
+// NextRotationAt is when automatic rotation next replaces the signing key: the
+// interval after the last rotation (or after verification), nil when rotation is
+// off or the domain is not verified.
+func (d *Domain) NextRotationAt() *time.Time {
+	if !d.RotationEnabled || d.Status != DomainVerified {
+		return nil
+	}
+	from := d.VerifiedAt
+	if d.LastRotatedAt != nil {
+		from = d.LastRotatedAt
+	}
+	if from == nil {
+		from = &d.CreatedAt
+	}
+	next := from.Add(time.Duration(d.RotationIntervalDays) * 24 * time.Hour)
+	return &next
 }
 
 // Observed is what DNS answered for a record, stored as a JSON array.
@@ -100,6 +137,9 @@ func (s *Store) CreateDomain(ctx context.Context, d *Domain, records []DomainRec
 	if d.Status == "" {
 		d.Status = DomainPending
 	}
+	if d.RotationIntervalDays == 0 {
+		d.RotationEnabled, d.RotationIntervalDays = true, DefaultRotationIntervalDays
+	}
 	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		if _, err := tx.NewInsert().Model(d).Returning("id").Exec(ctx); err != nil {
 			return err
@@ -122,25 +162,28 @@ func (s *Store) CreateDomain(ctx context.Context, d *Domain, records []DomainRec
 	return err
 }
 
-// ListDomains returns an organization's domains, oldest first.
+// ListDomains returns an organization's domains that are not deleted, oldest first.
 func (s *Store) ListDomains(ctx context.Context, orgID int64) ([]Domain, error) {
 	domains := []Domain{}
 	err := s.DB.NewSelect().Model(&domains).
 		Where("organization_id = ?", orgID).
+		Where("deleted_at IS NULL").
 		OrderExpr("id").
 		Scan(ctx)
 	return domains, err
 }
 
-// DomainInOrganization reads a domain only if it belongs to the organization: a
-// foreign id is ErrNotFound, exactly like an unknown one.
+// DomainInOrganization reads a domain only if it belongs to the organization and
+// is not deleted: a foreign or deleted id is ErrNotFound, exactly like an unknown
+// one.
 func (s *Store) DomainInOrganization(ctx context.Context, orgID, id int64) (*Domain, error) {
 	d := new(Domain)
-	err := s.DB.NewSelect().Model(d).Where("id = ?", id).Where("organization_id = ?", orgID).Scan(ctx)
+	err := s.DB.NewSelect().Model(d).Where("id = ?", id).Where("organization_id = ?", orgID).
+		Where("deleted_at IS NULL").Scan(ctx)
 	return d, notFound(err)
 }
 
-// DomainByID reads a domain for the workers, which act on ids from workflows.
+// DomainByID reads a domain, deleted or not, for the workers, which act on ids from workflows.
 func (s *Store) DomainByID(ctx context.Context, id int64) (*Domain, error) {
 	d := new(Domain)
 	err := s.DB.NewSelect().Model(d).Where("id = ?", id).Scan(ctx)

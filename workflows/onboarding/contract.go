@@ -38,7 +38,14 @@ const (
 	PublishKeysActivity  = "PublishDKIMKeys"
 	CheckRecordsActivity = "CheckDNSRecords"
 	FailDomainActivity   = "FailDomain"
+	// VerifiedActivity announces a verified domain (the domain.verified event)
+	// and starts its DKIM rotation workflow.
+	VerifiedActivity = "DomainVerified"
 )
+
+// VerifiedEffectsChange is the workflow.GetVersion change id of the step that
+// runs VerifiedActivity: runs recorded before it skip the step on replay.
+const VerifiedEffectsChange = "verified-effects"
 
 // Step says: check every Every while the window is younger than Until.
 type Step struct {

@@ -98,6 +98,13 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 		}
 	}
 
+	if p.Status == StatusVerified &&
+		workflow.GetVersion(ctx, VerifiedEffectsChange, workflow.DefaultVersion, 1) == 1 {
+		if err := workflow.ExecuteActivity(checkCtx, VerifiedActivity, in.DomainID).Get(checkCtx, nil); err != nil {
+			return Result{}, err
+		}
+	}
+
 	p.Stage = StageDone
 	p.NextCheckAt = time.Time{}
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {

@@ -1,0 +1,165 @@
+package rotation
+
+import (
+	"errors"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// ErrDomainGoneType is the ApplicationError type with which activities say the
+// domain was deleted (or is no longer verified): the workflow ends quietly.
+const ErrDomainGoneType = "DomainGone"
+
+// Workflow runs one rotation cycle of a domain, then continues as new.
+func Workflow(ctx workflow.Context, in Input) error {
+	logger := workflow.GetLogger(ctx)
+	p := &Progress{Status: StatusIdle}
+	requested, settingsChanged, ended := false, false, false
+
+	if err := workflow.SetQueryHandler(ctx, ProgressQuery, func() (Progress, error) { return *p, nil }); err != nil {
+		return err
+	}
+	settings := workflow.GetSignalChannel(ctx, SettingsSignal)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for settings.Receive(ctx, nil) {
+			settingsChanged = true
+		}
+	})
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, RotateUpdate,
+		func(ctx workflow.Context) (Status, error) {
+			requested = true
+			if err := workflow.Await(ctx, func() bool { return p.Status != StatusIdle || ended }); err != nil {
+				return Status{}, err
+			}
+			if ended {
+				return Status{}, temporal.NewNonRetryableApplicationError("the domain has nothing to rotate", ErrDomainGoneType, nil)
+			}
+			return Status{Status: p.Status, ActiveSelector: p.ActiveSelector, NextSelector: p.NextSelector}, nil
+		},
+		workflow.UpdateHandlerOptions{Validator: func() error {
+			if requested || p.Status != StatusIdle {
+				return temporal.NewApplicationError("a DKIM rotation is in progress", ErrInProgressType)
+			}
+			return nil
+		}},
+	); err != nil {
+		return err
+	}
+
+	actx := workflow.WithActivityOptions(ctx, activityOptions)
+	end := func(err error) error {
+		ended = true
+		var appErr *temporal.ApplicationError
+		if errors.As(err, &appErr) && appErr.Type() == ErrDomainGoneType {
+			logger.Info("domain gone; rotation workflow ends", "DomainID", in.DomainID)
+			err = nil
+		}
+		if waitErr := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); waitErr != nil {
+			return waitErr
+		}
+		return err
+	}
+
+	// Wait for the next rotation: the timer, a rotate request, or new settings.
+	for !requested {
+		var plan Plan
+		if err := workflow.ExecuteActivity(actx, LoadPlanActivity, in.DomainID).Get(ctx, &plan); err != nil {
+			return end(err)
+		}
+		if !plan.Active {
+			return end(nil)
+		}
+		if plan.Status == StatusWaitingForDNS || plan.Status == StatusSwitched {
+			// A previous run stopped half-way: finish that rotation.
+			requested = true
+			break
+		}
+		settingsChanged = false
+		wake := func() bool { return requested || settingsChanged }
+		if plan.Enabled {
+			p.NextRotationAt = plan.NextRotationAt
+			wait := plan.NextRotationAt.Sub(workflow.Now(ctx))
+			if wait > 0 {
+				woken, err := workflow.AwaitWithTimeout(ctx, wait, wake)
+				if err != nil {
+					return err
+				}
+				if !woken {
+					requested = true // the interval is up
+				}
+			} else {
+				requested = true
+			}
+		} else {
+			p.NextRotationAt = time.Time{}
+			if err := workflow.Await(ctx, wake); err != nil {
+				return err
+			}
+		}
+		if !requested && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+				return err
+			}
+			return workflow.NewContinueAsNewError(ctx, Workflow, in)
+		}
+	}
+
+	// 1. Begin, and confirm the standby key through the customer's CNAME.
+	var st Status
+	if err := workflow.ExecuteActivity(actx, BeginActivity, in.DomainID).Get(ctx, &st); err != nil {
+		return end(err)
+	}
+	p.Status, p.ActiveSelector, p.NextSelector, p.NextRotationAt = st.Status, st.ActiveSelector, st.NextSelector, time.Time{}
+	for p.Status == StatusWaitingForDNS {
+		var visible bool
+		if err := workflow.ExecuteActivity(actx, ConfirmStandbyActivity, in.DomainID).Get(ctx, &visible); err != nil {
+			return end(err)
+		}
+		p.DNSChecks++
+		if visible {
+			break
+		}
+		logger.Info("standby key not yet visible through the customer's CNAME", "DomainID", in.DomainID, "Checks", p.DNSChecks)
+		if err := workflow.Sleep(ctx, in.RecheckEvery); err != nil {
+			return err
+		}
+	}
+
+	// 2. Switch signing to the standby key; the old key stays published.
+	if p.Status == StatusWaitingForDNS {
+		if err := workflow.ExecuteActivity(actx, SwitchActivity, in.DomainID).Get(ctx, &st); err != nil {
+			return end(err)
+		}
+		p.Status, p.ActiveSelector, p.NextSelector = st.Status, st.ActiveSelector, st.NextSelector
+	}
+
+	// 3. After the retain time, replace the old key with a fresh published one.
+	p.ReplaceAt = workflow.Now(ctx).Add(in.Retain)
+	if err := workflow.Sleep(ctx, in.Retain); err != nil {
+		return err
+	}
+	if err := workflow.ExecuteActivity(actx, ReplaceActivity, in.DomainID).Get(ctx, nil); err != nil {
+		return end(err)
+	}
+	p.Status, p.ReplaceAt = StatusDone, time.Time{}
+	logger.Info("DKIM rotation done", "DomainID", in.DomainID, "ActiveSelector", p.ActiveSelector)
+
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return err
+	}
+	return workflow.NewContinueAsNewError(ctx, Workflow, in)
+}
+
+// Every step retries until it succeeds: a publisher or database that is down
+// delays a rotation, never fails it half-way. Each step is idempotent.
+var activityOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: time.Minute,
+	RetryPolicy: &temporal.RetryPolicy{
+		InitialInterval:        time.Second,
+		BackoffCoefficient:     2,
+		MaximumInterval:        5 * time.Minute,
+		NonRetryableErrorTypes: []string{ErrDomainGoneType},
+	},
+}
