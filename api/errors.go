@@ -14,18 +14,19 @@ import (
 
 // Error codes of PRODUCT.md §2. The HTTP status says the class, the code says which.
 const (
-	CodeBadRequest        = "bad_request"
-	CodeUnauthorized      = "unauthorized"
-	CodeForbidden         = "forbidden"
-	CodeNotFound          = "not_found"
-	CodeMethodNotAllowed  = "method_not_allowed"
-	CodeDomainExists      = "domain_exists"
-	CodeDomainNotVerified = "domain_not_verified"
-	CodeConflict          = "conflict"
-	CodeValidationFailed  = "validation_failed"
-	CodePayloadTooLarge   = "payload_too_large"
-	CodeUnavailable       = "unavailable"
-	CodeInternal          = "internal"
+	CodeBadRequest         = "bad_request"
+	CodeUnauthorized       = "unauthorized"
+	CodeForbidden          = "forbidden"
+	CodeNotFound           = "not_found"
+	CodeMethodNotAllowed   = "method_not_allowed"
+	CodeDomainExists       = "domain_exists"
+	CodeDomainNotVerified  = "domain_not_verified"
+	CodeConflict           = "conflict"
+	CodeRotationInProgress = "rotation_in_progress"
+	CodeValidationFailed   = "validation_failed"
+	CodePayloadTooLarge    = "payload_too_large"
+	CodeUnavailable        = "unavailable"
+	CodeInternal           = "internal"
 )
 
 // codeForStatus is the default code of a status, used for errors that Huma itself
@@ -160,6 +161,10 @@ func convertError(ctx context.Context, err error) error {
 		return apiErr
 	case errors.Is(err, store.ErrNotFound):
 		return notFoundError("resource")
+	case errors.Is(err, store.ErrDomainNotVerified):
+		return NewAPIError(http.StatusConflict, CodeDomainNotVerified, "the domain is not verified")
+	case errors.Is(err, store.ErrRotationInProgress):
+		return NewAPIError(http.StatusConflict, CodeRotationInProgress, "a DKIM rotation of this domain is in progress")
 	case errors.Is(err, context.DeadlineExceeded), isUnavailable(err):
 		return NewAPIError(http.StatusServiceUnavailable, CodeUnavailable, "a dependency is unavailable; try again")
 	default:

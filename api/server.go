@@ -47,6 +47,7 @@ type Server struct {
 	box *secrets.Box
 
 	onboarding *onboardingRuns
+	lifecycle  *domainLifecycle
 	deliveries *deliveryRuns
 
 	api     huma.API
@@ -62,6 +63,7 @@ func New(d Deps) *Server {
 		s.box, _ = secrets.New(d.Config.EncryptionKey)
 	}
 	s.deliveries = &deliveryRuns{temporal: d.Temporal, schedule: d.DeliverySchedule, logger: d.Logger}
+	s.lifecycle = &domainLifecycle{temporal: d.Temporal, store: d.Store, retain: d.Config.DKIMRetain, recheckEvery: d.Config.DKIMRecheck}
 	s.onboarding = &onboardingRuns{temporal: d.Temporal, store: d.Store, verifier: d.Verifier, schedule: d.Config.VerifySchedule, logger: d.Logger}
 
 	mux := http.NewServeMux()
@@ -70,6 +72,7 @@ func New(d Deps) *Server {
 	s.api.UseMiddleware(s.authenticate)
 	s.registerHealth()
 	s.registerDomains()
+	s.registerDomainLifecycle()
 	s.registerCredentials()
 	s.registerWebhooks()
 

@@ -67,6 +67,10 @@ func cmdDev(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if os.Getenv("MAILYARD_DNS_RESOLVER") == "" && cfg.DNSPublisher == "embedded" {
+		// Verification asks the dev DNS server, which answers for .test domains.
+		cfg.DNSResolver = cfg.DNSAddr
+	}
 
 	fmt.Fprintln(os.Stderr, "starting the Temporal dev server (state in .data/temporal.db)...")
 	temporal, err := temporaldev.Start(ctx, temporaldev.Options{
@@ -114,7 +118,8 @@ Mailyard is running on its embedded defaults (Ctrl-C stops everything):
 	g.Go(func() error { return serveAPI(gctx, cfg, st, tc, logger) })
 	g.Go(func() error { return runWorker(gctx, cfg, st, tc, logger) })
 	if cfg.DNSPublisher == "embedded" {
-		g.Go(func() error { return serveDNS(gctx, cfg, st, logger) })
+		dns := newDNSServer(cfg, st, logger).WithDevDomains(devRecords{st})
+		g.Go(func() error { return dns.ListenAndServe(gctx, cfg.DNSAddr) })
 	}
 	err = g.Wait()
 	fmt.Fprintln(os.Stderr, "stopping...")

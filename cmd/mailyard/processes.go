@@ -70,8 +70,24 @@ func runWorker(ctx context.Context, cfg *config.Config, st *store.Store, tc clie
 
 // serveDNS answers for the DKIM zone from the published records in the database.
 func serveDNS(ctx context.Context, cfg *config.Config, st *store.Store, logger *slog.Logger) error {
+	return newDNSServer(cfg, st, logger).ListenAndServe(ctx, cfg.DNSAddr)
+}
+
+func newDNSServer(cfg *config.Config, st *store.Store, logger *slog.Logger) *dnsserver.Server {
 	logger.Info("serving DNS", "zone", cfg.DKIMHost, "addr", cfg.DNSAddr)
-	return dnsserver.New(cfg.DKIMHost, st, logger.With("component", "dns")).ListenAndServe(ctx, cfg.DNSAddr)
+	return dnsserver.New(cfg.DKIMHost, st, logger.With("component", "dns"))
+}
+
+// devRecords gives `mailyard dev`'s DNS server the records of .test domains.
+type devRecords struct{ store *store.Store }
+
+func (d devRecords) DevRecords(ctx context.Context, name string) ([]dnsserver.DevRecord, error) {
+	rows, err := d.store.DevRecordsAt(ctx, name)
+	out := make([]dnsserver.DevRecord, len(rows))
+	for i, r := range rows {
+		out[i] = dnsserver.DevRecord{Type: r.Type, Value: r.Value}
+	}
+	return out, err
 }
 
 // serveHTTP listens on addr and shuts down gracefully when ctx ends.

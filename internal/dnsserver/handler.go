@@ -48,6 +48,9 @@ func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
 
 	q := req.Question[0]
 	name := dns.CanonicalName(q.Name)
+	if s.isDevName(name) && (q.Qclass == dns.ClassINET || q.Qclass == dns.ClassANY) {
+		return s.answerDev(ctx, q, resp)
+	}
 	switch {
 	case q.Qclass != dns.ClassINET && q.Qclass != dns.ClassANY,
 		!dns.IsSubDomain(s.zone, name):

@@ -27,8 +27,10 @@ const lookupTimeout = 2 * time.Second
 
 // Server answers authoritatively for one zone.
 type Server struct {
-	zone   string // canonical: lower-case, fully qualified
-	src    Source
+	zone string // canonical: lower-case, fully qualified
+	src  Source
+	// dev, when set, answers for dev customer domains (WithDevDomains).
+	dev    DevSource
 	logger *slog.Logger
 	// serial is the SOA serial. The zone has no secondaries to notify, so
 	// the serial only needs to be a plausible, increasing number: the start

@@ -276,3 +276,18 @@ func (s *Store) DeleteDomain(ctx context.Context, domainID int64) error {
 		return err
 	})
 }
+
+// DevRecordsAt returns the records Mailyard asked customers to create at name,
+// for domains under .test that are not deleted: what `mailyard dev`'s DNS
+// server answers so that such domains verify by themselves.
+func (s *Store) DevRecordsAt(ctx context.Context, name string) ([]DomainRecord, error) {
+	var records []DomainRecord
+	err := s.DB.NewSelect().Model(&records).
+		Join("JOIN domains AS d ON d.id = domain_record.domain_id").
+		Where("domain_record.name = ?", name).
+		Where("d.deleted_at IS NULL").
+		Where("d.domain LIKE ?", "%.test").
+		OrderExpr("domain_record.domain_id, domain_record.position").
+		Scan(ctx)
+	return records, err
+}

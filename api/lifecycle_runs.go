@@ -1,0 +1,113 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/workflows/deletion"
+	"github.com/mailyard/mailyard/workflows/onboarding"
+	"github.com/mailyard/mailyard/workflows/rotation"
+)
+
+// rotateBudget bounds how long Rotate waits for the workflow to begin the
+// rotation before answering from the database.
+const rotateBudget = 10 * time.Second
+
+// domainLifecycle starts and talks to a domain's rotation and deletion
+// workflows. Only ids and durations cross to Temporal.
+type domainLifecycle struct {
+	temporal     client.Client
+	store        *store.Store
+	retain       time.Duration
+	recheckEvery time.Duration
+}
+
+func (l *domainLifecycle) rotationInput(domainID int64) rotation.Input {
+	return rotation.Input{DomainID: domainID, Retain: l.retain, RecheckEvery: l.recheckEvery}
+}
+
+// Delete asks the domain's onboarding and rotation workflows to stop and starts
+// its deletion workflow. Every part is safe to repeat.
+func (l *domainLifecycle) Delete(ctx context.Context, domainID int64) error {
+	for _, id := range []string{onboarding.WorkflowID(domainID), rotation.WorkflowID(domainID)} {
+		err := l.temporal.CancelWorkflow(ctx, id, "")
+		var notFound *serviceerror.NotFound
+		if err != nil && !errors.As(err, &notFound) {
+			return err
+		}
+	}
+	_, err := l.temporal.ExecuteWorkflow(ctx, deletion.StartOptions(domainID), deletion.WorkflowName,
+		deletion.Input{DomainID: domainID, Retain: l.retain})
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) {
+		return nil // a finished deletion of this domain
+	}
+	return err
+}
+
+// Rotate asks the domain's rotation workflow (started if it is not running) to
+// rotate now, and answers once the rotation has begun. If the workflow accepted
+// the request but has not begun within the budget, the answer is built from the
+// database: the rotation goes on either way.
+func (l *domainLifecycle) Rotate(ctx context.Context, domainID int64) (RotationStarted, error) {
+	ctx, cancel := context.WithTimeout(ctx, rotateBudget)
+	defer cancel()
+	handle, err := l.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: l.temporal.NewWithStartWorkflowOperation(rotation.StartOptions(domainID), rotation.WorkflowName, l.rotationInput(domainID)),
+		UpdateOptions: client.UpdateWorkflowOptions{
+			WorkflowID:   rotation.WorkflowID(domainID),
+			UpdateName:   rotation.RotateUpdate,
+			WaitForStage: client.WorkflowUpdateStageAccepted,
+		},
+	})
+	var st rotation.Status
+	if err == nil {
+		err = handle.Get(ctx, &st)
+		if errors.Is(err, context.DeadlineExceeded) && context.Cause(ctx) == context.DeadlineExceeded {
+			return l.rotationFromStore(context.WithoutCancel(ctx), domainID)
+		}
+	}
+	var appErr *temporal.ApplicationError
+	switch {
+	case err == nil:
+		return RotationStarted{Status: st.Status, ActiveSelector: st.ActiveSelector, NextSelector: st.NextSelector}, nil
+	case errors.As(err, &appErr) && appErr.Type() == rotation.ErrInProgressType:
+		return RotationStarted{}, store.ErrRotationInProgress
+	case errors.As(err, &appErr) && appErr.Type() == rotation.ErrDomainGoneType:
+		return RotationStarted{}, store.ErrDomainNotVerified
+	default:
+		return RotationStarted{}, err
+	}
+}
+
+// rotationFromStore describes a rotation the workflow accepted but has not begun.
+func (l *domainLifecycle) rotationFromStore(ctx context.Context, domainID int64) (RotationStarted, error) {
+	out := RotationStarted{Status: rotation.StatusWaitingForDNS}
+	ks, err := l.store.CurrentDKIMKeys(ctx, domainID)
+	if err != nil {
+		return out, err
+	}
+	for _, k := range ks {
+		switch k.State {
+		case store.DKIMActive:
+			out.ActiveSelector = k.Selector
+		case store.DKIMStandby:
+			out.NextSelector = k.Selector
+		}
+	}
+	return out, nil
+}
+
+// SettingsChanged tells the domain's rotation workflow (started if it is not
+// running: a domain verified before rotation existed) to re-read its settings.
+func (l *domainLifecycle) SettingsChanged(ctx context.Context, domainID int64) error {
+	_, err := l.temporal.SignalWithStartWorkflow(ctx, rotation.WorkflowID(domainID), rotation.SettingsSignal, nil,
+		rotation.StartOptions(domainID), rotation.WorkflowName, l.rotationInput(domainID))
+	return err
+}
