@@ -65,6 +65,9 @@ var requestBodies = map[string]struct {
 	"POST /api/v1/domains": {body: func(func(string) string) any {
 		return map[string]any{"domain": "intruder-" + uuid.NewString()[:8] + ".example.org"}
 	}},
+	"PATCH /api/v1/domains/{id}/dkim": {body: func(func(string) string) any {
+		return map[string]any{"rotation_interval_days": 90}
+	}},
 	"POST /api/v1/webhooks": {body: func(func(string) string) any {
 		return map[string]any{"url": "https://intruder.example.org/hooks", "event_types": []string{"delivered"}}
 	}},

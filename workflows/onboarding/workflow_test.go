@@ -30,6 +30,7 @@ func (s *workflowSuite) SetupTest() {
 	s.env.RegisterActivityWithOptions(func(context.Context, int64) error { return nil }, activity.RegisterOptions{Name: PublishKeysActivity})
 	s.env.RegisterActivityWithOptions(func(context.Context, int64) (CheckResult, error) { return CheckResult{}, nil }, activity.RegisterOptions{Name: CheckRecordsActivity})
 	s.env.RegisterActivityWithOptions(func(context.Context, int64) (string, error) { return "", nil }, activity.RegisterOptions{Name: FailDomainActivity})
+	s.env.RegisterActivityWithOptions(func(context.Context, int64) error { return nil }, activity.RegisterOptions{Name: VerifiedActivity})
 }
 
 func (s *workflowSuite) AfterTest(_, _ string) { s.env.AssertExpectations(s.T()) }
@@ -60,6 +61,7 @@ func (s *workflowSuite) result() Result {
 func (s *workflowSuite) TestVerifiedOnTwelfthCheck() {
 	s.env.OnActivity(GenerateKeysActivity, mock.Anything, int64(7)).Return(nil).Once()
 	s.env.OnActivity(PublishKeysActivity, mock.Anything, int64(7)).Return(nil).Once()
+	s.env.OnActivity(VerifiedActivity, mock.Anything, int64(7)).Return(nil).Once()
 	var at []time.Duration
 	s.checksAnswer(12, &at, s.env.Now())
 	s.env.ExecuteWorkflow(WorkflowName, Input{DomainID: 7})
