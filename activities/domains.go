@@ -9,6 +9,7 @@ import (
 
 	"github.com/mailyard/mailyard/internal/dnspublish"
 	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/platformevents"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/verification"
@@ -22,6 +23,8 @@ type Domains struct {
 	Publisher dnspublish.Publisher
 	Verifier  *verification.Verifier
 	DKIMHost  string
+	// Events emits the domain.* platform events to subscribed webhooks.
+	Events *platformevents.Emitter
 }
 
 // Selector is the DKIM selector of a domain's key at position 1 or 2.

@@ -29,7 +29,7 @@ func newDomainWorker(d Deps) (sdkworker.Worker, error) {
 		return nil, err
 	}
 	w := sdkworker.New(d.Client, onboarding.TaskQueue, sdkworker.Options{})
-	RegisterDomains(w, &activities.Domains{Store: d.Store, Box: d.Box, Publisher: publisher, Verifier: verifier, DKIMHost: d.Config.DKIMHost})
+	RegisterDomains(w, &activities.Domains{Store: d.Store, Box: d.Box, Publisher: publisher, Verifier: verifier, DKIMHost: d.Config.DKIMHost, Events: d.Events})
 	return w, nil
 }
 
