@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/mailyard/mailyard/internal/dnspublish"
+	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/platformevents"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/verification"
@@ -24,7 +26,7 @@ type Domains struct {
 	Verifier  *verification.Verifier
 	DKIMHost  string
 	// Events announces domain transitions to subscribed webhooks.
-	Events EventEmitter
+	Events *platformevents.Emitter
 	// Rotations starts a verified domain's rotation workflow.
 	Rotations RotationStarter
 }
@@ -130,7 +132,7 @@ func (a *Domains) FailDomain(ctx context.Context, domainID int64) (string, error
 		return "", err
 	}
 	key := fmt.Sprintf("domain.failed:%d:%d", d.ID, d.WindowStartedAt.UnixMicro())
-	return status, a.announce(ctx, d, eventDomainFailed, key, nil)
+	return status, a.announce(ctx, d, eventtype.DomainFailed, key, "")
 }
 
 // DomainVerified announces a verified domain (domain.verified, once) and starts
@@ -140,7 +142,7 @@ func (a *Domains) DomainVerified(ctx context.Context, domainID int64) error {
 	if err != nil || d.Status != store.DomainVerified {
 		return err
 	}
-	if err := a.announce(ctx, d, eventDomainVerified, fmt.Sprintf("domain.verified:%d", d.ID), nil); err != nil {
+	if err := a.announce(ctx, d, eventtype.DomainVerified, fmt.Sprintf("domain.verified:%d", d.ID), ""); err != nil {
 		return err
 	}
 	return a.Rotations.StartRotation(ctx, d.ID)

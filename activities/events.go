@@ -4,45 +4,28 @@ import (
 	"context"
 	"time"
 
+	"github.com/mailyard/mailyard/internal/eventtype"
+	"github.com/mailyard/mailyard/internal/platformevents"
 	"github.com/mailyard/mailyard/internal/store"
 )
 
-// Platform event types about domains.
-const (
-	eventDomainVerified    = "domain.verified"
-	eventDomainFailed      = "domain.failed"
-	eventDomainDeleted     = "domain.deleted"
-	eventDomainDKIMRotated = "domain.dkim_rotated"
-)
-
-// PlatformEvent is one platform event for an organization's webhooks. Key makes
-// it happen once: emitting the same key again creates nothing new.
-type PlatformEvent struct {
-	Key            string
-	Type           string
-	OrganizationID int64
-	OccurredAt     time.Time
-	Data           map[string]any
+// domainEventData is data of the domain.* events: {domain_id, domain, status},
+// plus active_selector on rotation.
+type domainEventData struct {
+	DomainID       int64  `json:"domain_id"`
+	Domain         string `json:"domain"`
+	Status         string `json:"status"`
+	ActiveSelector string `json:"active_selector,omitempty"`
 }
 
-// EventEmitter delivers platform events to the organization's subscribed
-// webhooks through the webhook delivery pipeline.
-type EventEmitter interface {
-	EmitPlatformEvent(ctx context.Context, ev PlatformEvent) error
-}
-
-// announce emits a domain event with data {domain_id, domain, status} plus extra.
-func (a *Domains) announce(ctx context.Context, d *store.Domain, eventType, key string, extra map[string]any) error {
-	if a.Events == nil {
-		return nil
-	}
+// announce emits a domain event once per key.
+func (a *Domains) announce(ctx context.Context, d *store.Domain, eventType eventtype.Type, key, activeSelector string) error {
 	status := d.Status
 	if d.DeletedAt != nil {
 		status = store.DomainDeleted
 	}
-	data := map[string]any{"domain_id": d.ID, "domain": d.Domain, "status": status}
-	for k, v := range extra {
-		data[k] = v
-	}
-	return a.Events.EmitPlatformEvent(ctx, PlatformEvent{Key: key, Type: eventType, OrganizationID: d.OrganizationID, OccurredAt: time.Now().UTC(), Data: data})
+	return a.Events.Emit(ctx, platformevents.Event{
+		Key: key, Type: eventType, OrganizationID: d.OrganizationID, OccurredAt: time.Now().UTC(),
+		Data: domainEventData{DomainID: d.ID, Domain: d.Domain, Status: status, ActiveSelector: activeSelector},
+	})
 }

@@ -7,6 +7,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/workflows/rotation"
@@ -97,7 +98,7 @@ func (a *Domains) SwitchDKIMKeys(ctx context.Context, domainID int64) (rotation.
 		return rotation.Status{}, err
 	}
 	key := fmt.Sprintf("domain.dkim_rotated:%d:%d", d.ID, active.ID)
-	if err := a.announce(ctx, d, eventDomainDKIMRotated, key, map[string]any{"active_selector": r.ActiveSelector}); err != nil {
+	if err := a.announce(ctx, d, eventtype.DomainDKIMRotated, key, r.ActiveSelector); err != nil {
 		return rotation.Status{}, err
 	}
 	return rotation.Status{Status: r.Status, ActiveSelector: r.ActiveSelector, NextSelector: r.StandbySelector}, nil
@@ -140,7 +141,7 @@ func (a *Domains) AnnounceDomainDeleted(ctx context.Context, domainID int64) err
 	if err != nil || d.DeletedAt == nil {
 		return err
 	}
-	return a.announce(ctx, d, eventDomainDeleted, fmt.Sprintf("domain.deleted:%d", d.ID), nil)
+	return a.announce(ctx, d, eventtype.DomainDeleted, fmt.Sprintf("domain.deleted:%d", d.ID), "")
 }
 
 // UnpublishDKIMKeys removes every name a deleted domain's keys were published

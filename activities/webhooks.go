@@ -9,6 +9,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/mailyard/mailyard/internal/platformevents"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/webhook"
@@ -22,6 +23,8 @@ type Webhooks struct {
 	// Client is a webhook.NewClient client: SSRF-safe, no proxies, no
 	// redirects, 15 s per attempt.
 	Client *http.Client
+	// Events emits webhook.disabled when an attempt disables a webhook.
+	Events *platformevents.Emitter
 }
 
 // Attempt makes one delivery attempt: it loads the webhook, its secret and

@@ -2,10 +2,13 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
 )
@@ -173,5 +176,50 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 	if r := h.do("GET", "/docs", "", nil); r.Status != 200 || !strings.Contains(string(r.Raw), "<html") {
 		t.Fatalf("docs %d", r.Status)
+	}
+}
+
+// The event-type enums of the OpenAPI documents come from the catalogue:
+// webhooks take every type, ingest and sample events the email events only.
+func TestOpenAPIEventTypeEnums(t *testing.T) {
+	h := newHarness(t)
+	type schema struct {
+		Properties map[string]struct {
+			Enum  []string `json:"enum"`
+			Items struct {
+				Enum []string `json:"enum"`
+			} `json:"items"`
+		} `json:"properties"`
+	}
+	var public, internal struct {
+		Components struct {
+			Schemas map[string]schema `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(h.do("GET", "/openapi.json", "", nil).Raw, &public); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(h.internal().URL + "/internal/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&internal); err != nil {
+		t.Fatal(err)
+	}
+	all, email := eventtype.Strings(eventtype.All()), eventtype.Strings(eventtype.Email())
+	for _, c := range []struct {
+		name      string
+		got, want []string
+	}{
+		{"create webhook", public.Components.Schemas["CreateWebhookInputBody"].Properties["event_types"].Items.Enum, all},
+		{"webhook", public.Components.Schemas["Webhook"].Properties["event_types"].Items.Enum, all},
+		{"delivery", public.Components.Schemas["Delivery"].Properties["event_type"].Enum, all},
+		{"test event", public.Components.Schemas["TestWebhookInputBody"].Properties["event_type"].Enum, email},
+		{"ingest", internal.Components.Schemas["IngestEventInputBody"].Properties["event_type"].Enum, email},
+	} {
+		if !slices.Equal(c.got, c.want) {
+			t.Errorf("%s enum %v, want %v", c.name, c.got, c.want)
+		}
 	}
 }

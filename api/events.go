@@ -9,7 +9,9 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 
+	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/domainname"
+	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/webhook"
 )
@@ -17,13 +19,13 @@ import (
 // IngestEventInput is an email event from the sending pipeline.
 type IngestEventInput struct {
 	Body struct {
-		EventID   string    `json:"event_id" minLength:"1" maxLength:"200" doc:"The pipeline's id of the event; a repeat is answered like the first time and creates nothing." example:"evt_01JD6Q"`
-		Domain    string    `json:"domain" minLength:"1" maxLength:"253" doc:"The sending domain; it must be verified." example:"example.com"`
-		EventType string    `json:"event_type" enum:"delivered,bounced,complained,opened,clicked"`
-		Timestamp time.Time `json:"timestamp" doc:"When the event happened, RFC 3339."`
-		MessageID string    `json:"message_id" maxLength:"998"`
-		ToEmail   string    `json:"to_email" maxLength:"320"`
-		Subject   string    `json:"subject" maxLength:"998"`
+		EventID   string              `json:"event_id" minLength:"1" maxLength:"200" doc:"The pipeline's id of the event; a repeat is answered like the first time and creates nothing." example:"evt_01JD6Q"`
+		Domain    string              `json:"domain" minLength:"1" maxLength:"253" doc:"The sending domain; it must be verified." example:"example.com"`
+		EventType eventtype.EmailType `json:"event_type" doc:"An email event; platform events are emitted by Mailyard itself."`
+		Timestamp time.Time           `json:"timestamp" doc:"When the event happened, RFC 3339."`
+		MessageID string              `json:"message_id" maxLength:"998"`
+		ToEmail   string              `json:"to_email" maxLength:"320"`
+		Subject   string              `json:"subject" maxLength:"998"`
 	}
 }
 
@@ -93,19 +95,19 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 		return nil, fieldError("body.domain", "no organization has "+domain+" as a verified sending domain")
 	}
 	// Built once: every delivery and every retry sends these bytes.
-	body, err := webhook.BuildBody(b.EventType, b.Timestamp, b.MessageID, b.ToEmail, b.Subject)
+	body, err := webhook.BuildBody(string(b.EventType), b.Timestamp, b.MessageID, b.ToEmail, b.Subject)
 	if err != nil {
 		return nil, err
 	}
 	ev := &store.Event{
-		EventID: b.EventID, Domain: domain, EventType: b.EventType, OccurredAt: b.Timestamp.UTC(),
+		EventID: b.EventID, Domain: domain, EventType: string(b.EventType), OccurredAt: b.Timestamp.UTC(),
 		MessageID: b.MessageID, ToEmail: b.ToEmail, Subject: b.Subject,
 	}
-	deliveries, _, err := s.store.IngestEvent(ctx, ev, orgIDs, body, newDeliveryID)
+	deliveries, _, err := s.store.IngestEvent(ctx, ev, orgIDs, body, deliveryruns.NewDeliveryID)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.deliveries.StartFirst(ctx, pendingIDs(deliveries)); err != nil {
+	if err := s.deliveries.StartFirst(ctx, deliveryruns.PendingIDs(deliveries)); err != nil {
 		s.logger.WarnContext(ctx, "deliveries stored but not scheduled", "request_id", RequestID(ctx), "event_id", b.EventID, "error", err)
 		return nil, NewAPIError(http.StatusServiceUnavailable, CodeUnavailable,
 			"the deliveries are stored but could not all be scheduled; send the same event again")

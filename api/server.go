@@ -14,6 +14,8 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/deliveryruns"
+	"github.com/mailyard/mailyard/internal/platformevents"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/verification"
@@ -48,7 +50,9 @@ type Server struct {
 
 	onboarding *onboardingRuns
 	lifecycle  *domainLifecycle
-	deliveries *deliveryRuns
+	deliveries *deliveryruns.Runs
+	// platform emits webhook.disabled when a webhook is disabled here.
+	platform *platformevents.Emitter
 
 	api     huma.API
 	handler http.Handler
@@ -62,7 +66,8 @@ func New(d Deps) *Server {
 		// The configuration checked the key's length, the only way New fails.
 		s.box, _ = secrets.New(d.Config.EncryptionKey)
 	}
-	s.deliveries = &deliveryRuns{temporal: d.Temporal, schedule: d.DeliverySchedule, logger: d.Logger}
+	s.deliveries = &deliveryruns.Runs{Temporal: d.Temporal, Schedule: d.DeliverySchedule, Logger: d.Logger}
+	s.platform = &platformevents.Emitter{Store: d.Store, Runs: s.deliveries}
 	s.lifecycle = &domainLifecycle{temporal: d.Temporal, store: d.Store, retain: d.Config.DKIMRetain, recheckEvery: d.Config.DKIMRecheck}
 	s.onboarding = &onboardingRuns{temporal: d.Temporal, store: d.Store, verifier: d.Verifier, schedule: d.Config.VerifySchedule, logger: d.Logger}
 

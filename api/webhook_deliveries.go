@@ -10,20 +10,22 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
 
+	"github.com/mailyard/mailyard/internal/deliveryruns"
+	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/webhook"
 )
 
 // Delivery is one event on its way to one webhook, with its attempts.
 type Delivery struct {
-	ID         string     `json:"id" format:"uuid" doc:"Sent as X-Service-Delivery-Id and webhook-id on every attempt."`
-	WebhookID  int64      `json:"webhook_id"`
-	EventType  string     `json:"event_type" enum:"delivered,bounced,complained,opened,clicked"`
-	Test       bool       `json:"test" doc:"Sent by Send test event rather than by an email event."`
-	Status     string     `json:"status" enum:"pending,delivered,failed"`
-	CreatedAt  time.Time  `json:"created_at"`
-	FinishedAt *time.Time `json:"finished_at" nullable:"true"`
-	Attempts   []Attempt  `json:"attempts"`
+	ID         string         `json:"id" format:"uuid" doc:"Sent as X-Service-Delivery-Id and webhook-id on every attempt."`
+	WebhookID  int64          `json:"webhook_id"`
+	EventType  eventtype.Type `json:"event_type"`
+	Test       bool           `json:"test" doc:"Sent by Send test event rather than by an email event."`
+	Status     string         `json:"status" enum:"pending,delivered,failed"`
+	CreatedAt  time.Time      `json:"created_at"`
+	FinishedAt *time.Time     `json:"finished_at" nullable:"true"`
+	Attempts   []Attempt      `json:"attempts"`
 }
 
 // Attempt is one POST of a delivery.
@@ -38,7 +40,7 @@ type Attempt struct {
 
 func deliveryFromStore(d *store.Delivery, attempts []store.DeliveryAttempt) Delivery {
 	out := Delivery{
-		ID: d.ID, WebhookID: d.WebhookID, EventType: d.EventType, Test: d.EventID == nil,
+		ID: d.ID, WebhookID: d.WebhookID, EventType: eventtype.Type(d.EventType), Test: d.EventID == nil && d.PlatformEventID == nil,
 		Status: d.Status, CreatedAt: d.CreatedAt.UTC(), FinishedAt: utc(d.FinishedAt), Attempts: []Attempt{},
 	}
 	for _, a := range attempts {
@@ -66,7 +68,7 @@ type DeliveryPage struct {
 type TestWebhookInput struct {
 	ID   int64 `path:"id" doc:"Webhook id."`
 	Body *struct {
-		EventType string `json:"event_type,omitempty" enum:"delivered,bounced,complained,opened,clicked" default:"delivered"`
+		EventType eventtype.EmailType `json:"event_type,omitempty" default:"delivered" doc:"The sample is an email event."`
 	}
 }
 
@@ -105,6 +107,9 @@ func (s *Server) registerWebhookDeliveries() {
 	}, s.retryDelivery)
 }
 
+// errSeriesRunning answers a retry while the previous series still runs.
+var errSeriesRunning = NewAPIError(http.StatusConflict, CodeConflict, "this delivery is still being attempted; retry it once its current attempts have finished")
+
 // errWebhookDisabled refuses to send to a webhook whose receiver said 410.
 var errWebhookDisabled = NewAPIError(http.StatusConflict, CodeConflict, "this webhook is disabled because its receiver answered 410 Gone; create a new webhook to receive events again")
 
@@ -122,11 +127,11 @@ func (s *Server) testWebhook(ctx context.Context, in *TestWebhookInput) (*Respon
 	if w.Status != store.WebhookEnabled {
 		return nil, errWebhookDisabled
 	}
-	eventType := "delivered"
+	eventType := string(eventtype.Delivered)
 	if in.Body != nil && in.Body.EventType != "" {
-		eventType = in.Body.EventType
+		eventType = string(in.Body.EventType)
 	}
-	id, err := newDeliveryID()
+	id, err := deliveryruns.NewDeliveryID()
 	if err != nil {
 		return nil, err
 	}
@@ -206,6 +211,9 @@ func (s *Server) retryDelivery(ctx context.Context, in *RetryDeliveryInput) (*Re
 		return nil, err
 	}
 	if err := s.deliveries.StartAgain(ctx, d.ID); err != nil {
+		if errors.Is(err, deliveryruns.ErrSeriesRunning) {
+			return nil, errSeriesRunning
+		}
 		return nil, err
 	}
 	d.Status, d.FinishedAt = store.DeliveryPending, nil

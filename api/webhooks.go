@@ -9,6 +9,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/webhook"
 )
@@ -21,27 +22,24 @@ const MaxWebhooksPerOrganization = 20
 // CodeWebhookLimitReached is the error code of that 409.
 const CodeWebhookLimitReached = "webhook_limit_reached"
 
-// eventTypeEnum is the event catalogue as a Huma enum tag value.
-const eventTypeEnum = "delivered,bounced,complained,opened,clicked"
-
 // Webhook is a subscription as the API shows it.
 type Webhook struct {
-	ID         int64     `json:"id" example:"1"`
-	URL        string    `json:"url" example:"https://hooks.example.com/mailyard"`
-	EventTypes []string  `json:"event_types" example:"[\"delivered\",\"bounced\"]"`
-	CreatedAt  time.Time `json:"created_at"`
-	Status     string    `json:"status" enum:"enabled,disabled" doc:"disabled: the receiver answered 410 Gone; nothing is sent any more."`
+	ID         int64            `json:"id" example:"1"`
+	URL        string           `json:"url" example:"https://hooks.example.com/mailyard"`
+	EventTypes []eventtype.Type `json:"event_types" example:"[\"delivered\",\"bounced\"]"`
+	CreatedAt  time.Time        `json:"created_at"`
+	Status     string           `json:"status" enum:"enabled,disabled" doc:"disabled: the receiver answered 410 Gone; nothing is sent any more."`
 }
 
 func webhookFromStore(w *store.Webhook) Webhook {
-	return Webhook{ID: w.ID, URL: w.URL, EventTypes: w.EventTypes, CreatedAt: w.CreatedAt.UTC(), Status: w.Status}
+	return Webhook{ID: w.ID, URL: w.URL, EventTypes: eventtype.FromStrings(w.EventTypes), CreatedAt: w.CreatedAt.UTC(), Status: w.Status}
 }
 
 // CreateWebhookInput is the body of Create webhook.
 type CreateWebhookInput struct {
 	Body struct {
-		URL        string   `json:"url" doc:"https:// URL that receives the events, at most 2048 characters." example:"https://hooks.example.com/mailyard"`
-		EventTypes []string `json:"event_types" minItems:"1" uniqueItems:"true" enum:"delivered,bounced,complained,opened,clicked" doc:"Events to receive."`
+		URL        string           `json:"url" doc:"https:// URL that receives the events, at most 2048 characters." example:"https://hooks.example.com/mailyard"`
+		EventTypes []eventtype.Type `json:"event_types" minItems:"1" uniqueItems:"true" doc:"Events to receive: email events and platform events (domain.*, webhook.disabled)."`
 	}
 }
 
@@ -78,7 +76,7 @@ func (s *Server) registerWebhooks() {
 	register(s, huma.Operation{
 		OperationID: "create-webhook", Method: http.MethodPost, Path: "/api/v1/webhooks", DefaultStatus: http.StatusCreated,
 		Summary: "Create webhook", Tags: tags,
-		Description: fmt.Sprintf("Subscribes an https:// URL to email events and returns its signing secret. At most %d webhooks per organization (409 %s).", MaxWebhooksPerOrganization, CodeWebhookLimitReached),
+		Description: fmt.Sprintf("Subscribes an https:// URL to email and platform events and returns its signing secret. At most %d webhooks per organization (409 %s).", MaxWebhooksPerOrganization, CodeWebhookLimitReached),
 		Errors:      []int{http.StatusConflict, http.StatusUnprocessableEntity, http.StatusBadRequest, http.StatusRequestEntityTooLarge},
 	}, s.createWebhook)
 	register(s, huma.Operation{
@@ -117,7 +115,7 @@ func (s *Server) createWebhook(ctx context.Context, in *CreateWebhookInput) (*Re
 	if err != nil {
 		return nil, err
 	}
-	w := &store.Webhook{OrganizationID: principalFrom(ctx).OrganizationID, URL: in.Body.URL, EventTypes: in.Body.EventTypes}
+	w := &store.Webhook{OrganizationID: principalFrom(ctx).OrganizationID, URL: in.Body.URL, EventTypes: eventtype.Strings(in.Body.EventTypes)}
 	err = s.store.CreateWebhook(ctx, w, MaxWebhooksPerOrganization, func(id int64) ([]byte, error) {
 		return box.Seal([]byte(secret), store.WebhookSecretBinding(id))
 	})

@@ -36,7 +36,7 @@ func newDomainWorker(d Deps) (sdkworker.Worker, error) {
 	}
 	w := sdkworker.New(d.Client, onboarding.TaskQueue, sdkworker.Options{})
 	RegisterDomains(w, &activities.Domains{
-		Store: d.Store, Box: d.Box, Publisher: publisher, Verifier: verifier, DKIMHost: d.Config.DKIMHost,
+		Store: d.Store, Box: d.Box, Publisher: publisher, Verifier: verifier, DKIMHost: d.Config.DKIMHost, Events: d.Events,
 		Rotations: RotationStarter{Client: d.Client, Retain: d.Config.DKIMRetain, RecheckEvery: d.Config.DKIMRecheck},
 	})
 	return w, nil

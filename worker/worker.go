@@ -12,6 +12,8 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/deliveryruns"
+	"github.com/mailyard/mailyard/internal/platformevents"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
 )
@@ -26,11 +28,23 @@ type Deps struct {
 	// WebhookClient sends webhook deliveries; nil builds webhook.NewClient
 	// from Config (tests pass one that trusts their receiver's CA).
 	WebhookClient *http.Client
+	// Events emits platform events from activities; nil builds one on Client
+	// and Store with the default delivery schedule.
+	Events *platformevents.Emitter
+}
+
+// NewEmitter is the platform-event emitter of a worker: it stores events in
+// st and starts their delivery workflows through tc.
+func NewEmitter(st *store.Store, tc client.Client, logger *slog.Logger) *platformevents.Emitter {
+	return &platformevents.Emitter{Store: st, Runs: &deliveryruns.Runs{Temporal: tc, Logger: logger}}
 }
 
 // Run starts every worker and blocks until ctx ends, then stops them gracefully
 // (running activities get the worker's stop timeout to finish).
 func Run(ctx context.Context, d Deps) error {
+	if d.Events == nil {
+		d.Events = NewEmitter(d.Store, d.Client, d.Logger)
+	}
 	builders := []func(Deps) (sdkworker.Worker, error){newDomainWorker, newWebhookWorker}
 	var started []sdkworker.Worker
 	defer func() {

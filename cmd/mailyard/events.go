@@ -17,14 +17,16 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/eventtype"
 )
 
-const eventsUsage = `Usage: mailyard events emit --domain NAME --type TYPE [--event-id ID]
+var eventsUsage = `Usage: mailyard events emit --domain NAME --type TYPE [--event-id ID]
                             [--to ADDRESS] [--subject TEXT] [--message-id ID] [--timestamp RFC3339]
 
 Sends one email event to the internal ingest endpoint (MAILYARD_INTERNAL_ADDR,
 authenticated with MAILYARD_INTERNAL_TOKEN) and prints the delivery ids.
-Sending the same --event-id again creates nothing new.`
+Sending the same --event-id again creates nothing new.
+TYPE is an email event: ` + eventtype.Join(eventtype.Email(), ", ") + `.`
 
 // cmdEvents is `mailyard events emit`: what the sending pipeline does, by hand.
 func cmdEvents(ctx context.Context, args []string) error {
@@ -35,7 +37,7 @@ func cmdEvents(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("events emit", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprintln(os.Stderr, eventsUsage) }
 	domain := fs.String("domain", "", "verified sending domain (required)")
-	eventType := fs.String("type", "", "delivered, bounced, complained, opened or clicked (required)")
+	eventType := fs.String("type", "", eventtype.Join(eventtype.Email(), ", ")+" (required)")
 	eventID := fs.String("event-id", "", "idempotency key; default: a new UUID")
 	to := fs.String("to", "recipient@example.com", "recipient address")
 	subject := fs.String("subject", "Hello from Mailyard", "message subject")
@@ -47,6 +49,9 @@ func cmdEvents(ctx context.Context, args []string) error {
 	if *domain == "" || *eventType == "" {
 		fs.Usage()
 		return errors.New("--domain and --type are required")
+	}
+	if !eventtype.Type(*eventType).IsEmail() {
+		return fmt.Errorf("--type: %q is not an email event; expected one of %s", *eventType, eventtype.Join(eventtype.Email(), ", "))
 	}
 	at := time.Now().UTC()
 	if *timestamp != "" {

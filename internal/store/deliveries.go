@@ -19,15 +19,20 @@ const (
 type Delivery struct {
 	bun.BaseModel `bun:"table:deliveries"`
 
-	ID             string     `bun:"id,pk"`
-	OrganizationID int64      `bun:"organization_id,notnull"`
-	WebhookID      int64      `bun:"webhook_id,notnull"`
-	EventID        *int64     `bun:"event_id"`
-	EventType      string     `bun:"event_type,notnull"`
-	Body           []byte     `bun:"body,notnull"`
-	Status         string     `bun:"status,notnull"`
-	CreatedAt      time.Time  `bun:"created_at,notnull"`
-	FinishedAt     *time.Time `bun:"finished_at"`
+	ID             string `bun:"id,pk"`
+	OrganizationID int64  `bun:"organization_id,notnull"`
+	WebhookID      int64  `bun:"webhook_id,notnull"`
+	EventID        *int64 `bun:"event_id"`
+	// PlatformEventID is set instead of EventID for a platform event; both
+	// nil means a test event.
+	PlatformEventID *int64 `bun:"platform_event_id"`
+	// RecoveryID names the recovery that last reopened the delivery.
+	RecoveryID *string    `bun:"recovery_id"`
+	EventType  string     `bun:"event_type,notnull"`
+	Body       []byte     `bun:"body,notnull"`
+	Status     string     `bun:"status,notnull"`
+	CreatedAt  time.Time  `bun:"created_at,notnull"`
+	FinishedAt *time.Time `bun:"finished_at"`
 
 	// Webhook is loaded with the delivery in one query by DeliveryWithWebhook.
 	Webhook *Webhook `bun:"rel:belongs-to,join:webhook_id=id"`

@@ -42,6 +42,15 @@ type Webhook struct {
 	CreatedAt      time.Time  `bun:"created_at,notnull"`
 	DisabledAt     *time.Time `bun:"disabled_at"`
 	DeletedAt      *time.Time `bun:"deleted_at"`
+	// DisabledReason says why a disabled webhook is disabled (manual,
+	// receiver_gone, failing); nil while enabled.
+	DisabledReason *string `bun:"disabled_reason"`
+	// DisableCount counts the disables; it keys each disable's
+	// webhook.disabled event.
+	DisableCount int `bun:"disable_count,notnull"`
+	// HealthyAt starts the failure clock: creation, re-enabling or the last
+	// 2xx answer.
+	HealthyAt time.Time `bun:"healthy_at,notnull"`
 }
 
 // CreateWebhook inserts a webhook unless the organization already has limit
@@ -54,6 +63,9 @@ func (s *Store) CreateWebhook(ctx context.Context, w *Webhook, limit int, seal f
 	}
 	if w.Status == "" {
 		w.Status = WebhookEnabled
+	}
+	if w.HealthyAt.IsZero() {
+		w.HealthyAt = w.CreatedAt
 	}
 	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		// Two creates racing past the count would both fit under the limit;

@@ -10,9 +10,9 @@ import (
 // eventBody is the delivery body. Its field order is the documented one;
 // new fields may only be added inside data.
 type eventBody struct {
-	EventType string    `json:"event_type"`
-	Timestamp string    `json:"timestamp"`
-	Data      eventData `json:"data"`
+	EventType string `json:"event_type"`
+	Timestamp string `json:"timestamp"`
+	Data      any    `json:"data"`
 }
 
 type eventData struct {
@@ -21,10 +21,17 @@ type eventData struct {
 	Subject   string `json:"subject"`
 }
 
-// BuildBody returns the JSON body of a delivery, with the timestamp in
-// RFC 3339 UTC ("2026-11-21T10:00:00Z"). The bytes are built once per
-// delivery and stored, so every retry sends and signs the same bytes.
+// BuildBody returns the JSON body of an email event's delivery, with the
+// timestamp in RFC 3339 UTC ("2026-11-21T10:00:00Z"). The bytes are built
+// once per delivery and stored, so every retry sends and signs the same bytes.
 func BuildBody(eventType string, ts time.Time, messageID, toEmail, subject string) ([]byte, error) {
+	return BuildEnvelope(eventType, ts, eventData{MessageID: messageID, ToEmail: toEmail, Subject: subject})
+}
+
+// BuildEnvelope returns a delivery body with any data object: the one
+// envelope of email and platform events alike. data must marshal to a JSON
+// object.
+func BuildEnvelope(eventType string, ts time.Time, data any) ([]byte, error) {
 	if eventType == "" {
 		return nil, errors.New("event type is required")
 	}
@@ -33,14 +40,16 @@ func BuildBody(eventType string, ts time.Time, messageID, toEmail, subject strin
 	// Subjects often contain <, > or &; keeping them literal makes the body
 	// easier to read in receivers' logs and is still valid JSON.
 	enc.SetEscapeHTML(false)
-	err := enc.Encode(eventBody{
-		EventType: eventType,
-		Timestamp: ts.UTC().Format(time.RFC3339),
-		Data:      eventData{MessageID: messageID, ToEmail: toEmail, Subject: subject},
-	})
-	if err != nil {
+	if err := enc.Encode(eventBody{EventType: eventType, Timestamp: ts.UTC().Format(time.RFC3339), Data: data}); err != nil {
 		return nil, err
 	}
-	// Encode ends the value with a newline that is not part of the body.
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	out := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	// The data must be an object: receivers read fields from it.
+	var probe struct {
+		Data map[string]json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(out, &probe); err != nil || probe.Data == nil {
+		return nil, errors.New("event data must be a JSON object")
+	}
+	return out, nil
 }

@@ -19,3 +19,20 @@ func TestBuildBody(t *testing.T) {
 		t.Error("BuildBody accepted an empty event type")
 	}
 }
+
+func TestBuildEnvelope(t *testing.T) {
+	ts := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	got, err := BuildEnvelope("webhook.disabled", ts, map[string]any{"webhook_id": 7, "reason": "failing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"event_type":"webhook.disabled","timestamp":"2026-11-21T10:00:00Z","data":{"reason":"failing","webhook_id":7}}`
+	if string(got) != want {
+		t.Fatalf("BuildEnvelope =\n%s\nwant\n%s", got, want)
+	}
+	for _, bad := range []any{nil, 3, []int{1}} {
+		if _, err := BuildEnvelope("webhook.disabled", ts, bad); err == nil {
+			t.Errorf("data %v accepted", bad)
+		}
+	}
+}

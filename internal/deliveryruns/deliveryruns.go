@@ -1,10 +1,14 @@
-package api
+// Package deliveryruns starts and stops webhook delivery workflows. The API
+// (ingest, test events, retries) and the platform-event emitter both start
+// them; this is the one place that knows the start options and what
+// "already started" means. Only ids cross to Temporal; the activity reads
+// everything else from the database.
+package deliveryruns
 
 import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,20 +21,20 @@ import (
 	"github.com/mailyard/mailyard/workflows/delivery"
 )
 
-// deliveryRuns starts and stops delivery workflows. Only ids cross to
-// Temporal; the activity reads everything else from the database.
-type deliveryRuns struct {
-	temporal client.Client
-	schedule []time.Duration
-	logger   *slog.Logger
+// Runs starts and cancels delivery workflows.
+type Runs struct {
+	Temporal client.Client
+	// Schedule overrides delivery.DefaultSchedule (tests, benchmarks).
+	Schedule []time.Duration
+	Logger   *slog.Logger
 }
 
-// startConcurrency bounds the starts of one event's fan-out in flight at once.
+// startConcurrency bounds the starts of one fan-out in flight at once.
 const startConcurrency = 8
 
-// newDeliveryID returns a UUIDv7: unique, and ordered by creation time so the
+// NewDeliveryID returns a UUIDv7: unique, and ordered by creation time so the
 // delivery log pages by id.
-func newDeliveryID() (string, error) {
+func NewDeliveryID() (string, error) {
 	id, err := uuid.NewV7()
 	if err != nil {
 		return "", err
@@ -39,10 +43,10 @@ func newDeliveryID() (string, error) {
 }
 
 // StartFirst starts the first attempt series of each delivery. It is safe to
-// repeat, which is how an event whose first ingest met an unavailable
+// repeat, which is how an event whose first fan-out met an unavailable
 // Temporal gets its missing workflows: a running series is reused, and a
 // finished one is not started again.
-func (r *deliveryRuns) StartFirst(ctx context.Context, ids []string) error {
+func (r *Runs) StartFirst(ctx context.Context, ids []string) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(startConcurrency)
 	for _, id := range ids {
@@ -50,7 +54,7 @@ func (r *deliveryRuns) StartFirst(ctx context.Context, ids []string) error {
 			opts := r.options(id)
 			opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
 			opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE
-			_, err := r.temporal.ExecuteWorkflow(ctx, opts, delivery.WorkflowName, r.input(id))
+			_, err := r.Temporal.ExecuteWorkflow(ctx, opts, delivery.WorkflowName, r.input(id))
 			var started *serviceerror.WorkflowExecutionAlreadyStarted
 			if errors.As(err, &started) {
 				return nil
@@ -61,20 +65,20 @@ func (r *deliveryRuns) StartFirst(ctx context.Context, ids []string) error {
 	return g.Wait()
 }
 
-// errSeriesRunning answers a retry while the previous series still runs.
-var errSeriesRunning = NewAPIError(http.StatusConflict, CodeConflict, "this delivery is still being attempted; retry it once its current attempts have finished")
+// ErrSeriesRunning refuses a new series while the previous one still runs.
+var ErrSeriesRunning = errors.New("the delivery's attempt series is still running")
 
 // StartAgain starts a new attempt series for a delivery whose previous one
-// has closed (a run with the same id is refused with 409).
-func (r *deliveryRuns) StartAgain(ctx context.Context, id string) error {
+// has closed (a run with the same id is refused with ErrSeriesRunning).
+func (r *Runs) StartAgain(ctx context.Context, id string) error {
 	opts := r.options(id)
 	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
 	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
 	opts.WorkflowExecutionErrorWhenAlreadyStarted = true
-	_, err := r.temporal.ExecuteWorkflow(ctx, opts, delivery.WorkflowName, r.input(id))
+	_, err := r.Temporal.ExecuteWorkflow(ctx, opts, delivery.WorkflowName, r.input(id))
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
-		return errSeriesRunning
+		return ErrSeriesRunning
 	}
 	return err
 }
@@ -82,7 +86,7 @@ func (r *deliveryRuns) StartAgain(ctx context.Context, id string) error {
 // CancelInBackground asks the workflows of stopped deliveries to end. It is
 // best effort: the database already says failed, and an attempt that still
 // runs finds the webhook gone and sends nothing.
-func (r *deliveryRuns) CancelInBackground(ids []string) {
+func (r *Runs) CancelInBackground(ids []string) {
 	if len(ids) == 0 {
 		return
 	}
@@ -90,25 +94,25 @@ func (r *deliveryRuns) CancelInBackground(ids []string) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		for _, id := range ids {
-			err := r.temporal.CancelWorkflow(ctx, delivery.WorkflowID(id), "")
+			err := r.Temporal.CancelWorkflow(ctx, delivery.WorkflowID(id), "")
 			var notFound *serviceerror.NotFound
-			if err != nil && !errors.As(err, &notFound) {
-				r.logger.Warn("cancel delivery workflow", "delivery_id", id, "error", err)
+			if err != nil && !errors.As(err, &notFound) && r.Logger != nil {
+				r.Logger.Warn("cancel delivery workflow", "delivery_id", id, "error", err)
 			}
 		}
 	}()
 }
 
-func (r *deliveryRuns) options(id string) client.StartWorkflowOptions {
+func (r *Runs) options(id string) client.StartWorkflowOptions {
 	return client.StartWorkflowOptions{ID: delivery.WorkflowID(id), TaskQueue: delivery.TaskQueue}
 }
 
-func (r *deliveryRuns) input(id string) delivery.Input {
-	return delivery.Input{DeliveryID: id, Schedule: r.schedule}
+func (r *Runs) input(id string) delivery.Input {
+	return delivery.Input{DeliveryID: id, Schedule: r.Schedule}
 }
 
-// pendingIDs lists the deliveries that still need a series.
-func pendingIDs(ds []store.Delivery) []string {
+// PendingIDs lists the deliveries that still need a series.
+func PendingIDs(ds []store.Delivery) []string {
 	var ids []string
 	for _, d := range ds {
 		if d.Status == store.DeliveryPending {
