@@ -4,8 +4,8 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 )
