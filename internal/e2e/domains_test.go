@@ -93,7 +93,7 @@ func TestDomainOnboardingEndToEnd(t *testing.T) {
 	}
 	history := s.historyJSON(onboarding.WorkflowID(id), "")
 	assertNoKeyMaterial(t, s, id, history)
-	recordHistory(t, "../../workflows/onboarding/testdata/onboarding-v1-verified-by-update.json", history)
+	recordHistory(t, "../../workflows/onboarding/testdata/onboarding-v2-verified-by-update.json", history)
 
 	// A second domain whose records never appear: failed when the window closes.
 	other := s.call("POST", "/api/v1/domains", map[string]any{"domain": "other.example", "mailfrom_subdomain": "bounce.other.example"}, 201)
@@ -107,7 +107,7 @@ func TestDomainOnboardingEndToEnd(t *testing.T) {
 	}
 	failedHistory := s.historyJSON(onboarding.WorkflowID(otherID), firstRun.GetRunID())
 	assertNoKeyMaterial(t, s, otherID, failedHistory)
-	recordHistory(t, "../../workflows/onboarding/testdata/onboarding-v1-failed.json", failedHistory)
+	recordHistory(t, "../../workflows/onboarding/testdata/onboarding-v2-failed.json", failedHistory)
 	if st := s.call("GET", fmt.Sprintf("/api/v1/domains/%d/dns-records", otherID), nil, 200)["domain"].(map[string]any)["status"]; st != "failed" {
 		t.Fatalf("status after the window: %v", st)
 	}
@@ -131,7 +131,7 @@ func TestDomainOnboardingEndToEnd(t *testing.T) {
 	}
 	secondHistory := s.historyJSON(onboarding.WorkflowID(otherID), secondRun.GetRunID())
 	assertNoKeyMaterial(t, s, otherID, secondHistory)
-	recordHistory(t, "../../workflows/onboarding/testdata/onboarding-v1-new-window.json", secondHistory)
+	recordHistory(t, "../../workflows/onboarding/testdata/onboarding-v2-new-window.json", secondHistory)
 
 	// A verified domain has no run; Verify checks directly and still answers.
 	direct := s.call("POST", fmt.Sprintf("/api/v1/domains/%d/verify", id), nil, 200)

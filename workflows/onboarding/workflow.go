@@ -94,7 +94,7 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return Result{}, err
 			}
-			return Result{}, workflow.NewContinueAsNewError(ctx, Workflow, in)
+			return Result{}, workflow.NewContinueAsNewError(ctx, WorkflowName, in)
 		}
 	}
 

@@ -102,7 +102,7 @@ func Workflow(ctx workflow.Context, in Input) error {
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return err
 			}
-			return workflow.NewContinueAsNewError(ctx, Workflow, in)
+			return workflow.NewContinueAsNewError(ctx, WorkflowName, in)
 		}
 	}
 
@@ -149,7 +149,7 @@ func Workflow(ctx workflow.Context, in Input) error {
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return err
 	}
-	return workflow.NewContinueAsNewError(ctx, Workflow, in)
+	return workflow.NewContinueAsNewError(ctx, WorkflowName, in)
 }
 
 // Every step retries until it succeeds: a publisher or database that is down

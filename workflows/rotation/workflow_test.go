@@ -75,7 +75,9 @@ func (s *workflowSuite) expectRotation(visibleAt int, at map[string][]time.Durat
 func (s *workflowSuite) continuedAsNew() {
 	s.True(s.env.IsWorkflowCompleted())
 	var can *workflow.ContinueAsNewError
-	s.True(errors.As(s.env.GetWorkflowError(), &can), "want continue-as-new, got %v", s.env.GetWorkflowError())
+	s.Require().True(errors.As(s.env.GetWorkflowError(), &can), "want continue-as-new, got %v", s.env.GetWorkflowError())
+	// By name: several workflow functions share the name Workflow.
+	s.Equal(WorkflowName, can.WorkflowType.Name)
 }
 
 func (s *workflowSuite) TestAutomaticRotationWaitsForTheIntervalAndTheCNAME() {
