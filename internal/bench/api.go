@@ -127,7 +127,7 @@ func bareListDomains(st *store.Store) http.Handler {
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}
-		rows, err := st.ListDomains(r.Context(), key.OrganizationID)
+		rows, _, err := st.ListDomains(r.Context(), key.OrganizationID, store.Page{})
 		if err != nil {
 			http.Error(w, "error", http.StatusInternalServerError)
 			return
