@@ -183,7 +183,7 @@ func TestPaginationRefusesBadCursorsAndLimits(t *testing.T) {
 		"/api/v1/webhooks?limit=5&cursor=" + domainsCursor,
 		"/api/v1/domains?limit=5&cursor=" + webhooksCursor,
 		"/api/v1/domains?limit=5&cursor=eyJ2IjoxLCJsIjoiZG9tYWlucyIsImEiOiJ4In0", // {"v":1,"l":"domains","a":"x"}
-		"/api/v1/domains?limit=5&cursor=eyJ2Ijo5LCJsIjoiZG9tYWlucyIsImEiOjF9",     // version 9
+		"/api/v1/domains?limit=5&cursor=eyJ2Ijo5LCJsIjoiZG9tYWlucyIsImEiOjF9",    // version 9
 	} {
 		r := h.do("GET", path, h.adminKey, nil)
 		r.expectError(t, 422, "validation_failed")
