@@ -42,6 +42,8 @@ type Server struct {
 	temporal client.Client
 	logger   *slog.Logger
 	usage    *usageRecorder
+	// limits is the per-key rate limiter; nil when MAILYARD_RATE_LIMIT is off.
+	limits *rateLimiter
 
 	// box seals and opens webhook signing secrets; nil without an encryption key.
 	box *secrets.Box
@@ -56,7 +58,7 @@ type Server struct {
 // New builds the API and registers every operation.
 func New(d Deps) *Server {
 	installErrorModel(d.Logger)
-	s := &Server{cfg: d.Config, store: d.Store, temporal: d.Temporal, logger: d.Logger, usage: newUsageRecorder(d.Store, d.Logger)}
+	s := &Server{cfg: d.Config, store: d.Store, temporal: d.Temporal, logger: d.Logger, usage: newUsageRecorder(d.Store, d.Logger), limits: newRateLimiter(d.Config.RateLimit)}
 	if len(d.Config.EncryptionKey) > 0 {
 		// The configuration checked the key's length, the only way New fails.
 		s.box, _ = secrets.New(d.Config.EncryptionKey)

@@ -18,9 +18,6 @@ import (
 // state refuses it until a webhook is deleted.
 const MaxWebhooksPerOrganization = 20
 
-// CodeWebhookLimitReached is the error code of that 409.
-const CodeWebhookLimitReached = "webhook_limit_reached"
-
 // eventTypeEnum is the event catalogue as a Huma enum tag value.
 const eventTypeEnum = "delivered,bounced,complained,opened,clicked"
 
