@@ -111,6 +111,12 @@ type response struct {
 
 func (h *harness) do(method, path, key string, body any) response {
 	h.t.Helper()
+	return h.doAt(h.srv.URL, method, path, key, body, nil)
+}
+
+// doAt sends a request to the API at base with extra headers.
+func (h *harness) doAt(base, method, path, key string, body any, header map[string]string) response {
+	h.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -125,9 +131,12 @@ func (h *harness) do(method, path, key string, body any) response {
 		}
 		rd = bytes.NewReader(buf)
 	}
-	req, err := http.NewRequest(method, h.srv.URL+path, rd)
+	req, err := http.NewRequest(method, base+path, rd)
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
 	}
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")

@@ -33,6 +33,9 @@ type Deps struct {
 	Verifier *verification.Verifier
 	// DeliverySchedule overrides the webhook retry schedule (tests).
 	DeliverySchedule []time.Duration
+	// IdempotencyWait overrides how long a request waits for the answer of the
+	// same request still running before 409 idempotency_in_progress (tests).
+	IdempotencyWait time.Duration
 }
 
 // Server holds the public and internal handlers.
@@ -45,8 +48,11 @@ type Server struct {
 	// limits is the per-key rate limiter; nil when MAILYARD_RATE_LIMIT is off.
 	limits *rateLimiter
 
-	// box seals and opens webhook signing secrets; nil without an encryption key.
+	// box seals and opens webhook signing secrets and stored idempotent
+	// answers; nil without an encryption key.
 	box *secrets.Box
+
+	idempotencyWait time.Duration
 
 	onboarding *onboardingRuns
 	deliveries *deliveryRuns
@@ -63,13 +69,17 @@ func New(d Deps) *Server {
 		// The configuration checked the key's length, the only way New fails.
 		s.box, _ = secrets.New(d.Config.EncryptionKey)
 	}
+	s.idempotencyWait = d.IdempotencyWait
+	if s.idempotencyWait <= 0 {
+		s.idempotencyWait = defaultIdempotencyWait
+	}
 	s.deliveries = &deliveryRuns{temporal: d.Temporal, schedule: d.DeliverySchedule, logger: d.Logger}
 	s.onboarding = &onboardingRuns{temporal: d.Temporal, store: d.Store, verifier: d.Verifier, schedule: d.Config.VerifySchedule, logger: d.Logger}
 
 	mux := http.NewServeMux()
 	s.api = humago.New(mux, humaConfig("Mailyard", "Management API for sending domains, API credentials and webhooks.",
 		"An API key: `Authorization: Bearer myk_...`."))
-	s.api.UseMiddleware(s.authenticate)
+	s.api.UseMiddleware(s.authenticate, s.idempotency)
 	s.registerHealth()
 	s.registerDomains()
 	s.registerCredentials()
@@ -94,8 +104,12 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // OpenAPI returns the generated document (tests walk it).
 func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
 
-// Run does the API's background work (recording key use) until ctx ends.
-func (s *Server) Run(ctx context.Context) { s.usage.Run(ctx) }
+// Run does the API's background work (recording key use, deleting expired
+// idempotency keys) until ctx ends.
+func (s *Server) Run(ctx context.Context) {
+	go s.sweepIdempotencyKeys(ctx)
+	s.usage.Run(ctx)
+}
 
 // humaConfig is the configuration both listeners share: no $schema links in
 // bodies (the envelope is the whole contract) and a bearer security scheme.
