@@ -282,20 +282,24 @@ func (c *recordingContext) BodyWriter() io.Writer {
 	return io.MultiWriter(&c.buf, c.innerContext.BodyWriter())
 }
 
-// sweepIdempotencyKeys deletes expired keys now and then until ctx ends.
+// sweepIdempotencyKeys deletes expired keys now and then until ctx ends: a
+// minute after start (not at once, so a starting process does not touch the
+// database before it serves), then every idempotencySweepEvery. Every API
+// process sweeps; the deletes are idempotent.
 func (s *Server) sweepIdempotencyKeys(ctx context.Context) {
-	t := time.NewTicker(idempotencySweepEvery)
+	t := time.NewTimer(time.Minute)
 	defer t.Stop()
 	for {
-		if n, err := s.store.DeleteExpiredIdempotencyKeys(ctx, time.Now()); err != nil && ctx.Err() == nil {
-			s.logger.WarnContext(ctx, "deleting expired idempotency keys", "error", err)
-		} else if n > 0 {
-			s.logger.InfoContext(ctx, "deleted expired idempotency keys", "count", n)
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		t.Reset(idempotencySweepEvery)
+		if n, err := s.store.DeleteExpiredIdempotencyKeys(ctx, time.Now()); err != nil && ctx.Err() == nil {
+			s.logger.WarnContext(ctx, "deleting expired idempotency keys", "error", err)
+		} else if n > 0 {
+			s.logger.InfoContext(ctx, "deleted expired idempotency keys", "count", n)
 		}
 	}
 }

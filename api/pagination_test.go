@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/mailyard/mailyard/internal/keys"
@@ -199,5 +200,35 @@ func TestPaginationRefusesBadCursorsAndLimits(t *testing.T) {
 	d := h.do("GET", "/api/v1/domains?cursor="+domainsCursor, h.adminKey, nil).data(t, 200)
 	if n := len(d["domains"].([]any)); n != 2 || d["has_more"] != false || d["next_cursor"] != nil {
 		t.Fatalf("cursor without limit: %v", d)
+	}
+}
+
+func TestOpenAPIDocumentsConventions(t *testing.T) {
+	h := newHarness(t)
+	doc := h.api.OpenAPI()
+	for _, path := range []string{"/api/v1/domains", "/api/v1/credentials", "/api/v1/webhooks", "/api/v1/webhooks/{id}/deliveries"} {
+		op := doc.Paths[path].Get
+		names := map[string]bool{}
+		for _, p := range op.Parameters {
+			names[p.In+":"+p.Name] = true
+		}
+		if !names["query:limit"] || !names["query:cursor"] {
+			t.Fatalf("%s lacks limit or cursor: %v", path, names)
+		}
+		if op.Responses["429"] == nil || op.Responses["429"].Headers["Retry-After"] == nil || op.Responses["200"].Headers["RateLimit"] == nil {
+			t.Fatalf("%s does not document the rate limit", path)
+		}
+	}
+	for path, item := range doc.Paths {
+		if item.Post == nil || !strings.HasPrefix(path, "/api/v1/") {
+			continue
+		}
+		found := false
+		for _, p := range item.Post.Parameters {
+			found = found || (p.In == "header" && p.Name == "Idempotency-Key")
+		}
+		if !found || item.Post.Responses["409"] == nil || item.Post.Responses["422"] == nil {
+			t.Fatalf("POST %s does not document Idempotency-Key and its answers", path)
+		}
 	}
 }

@@ -84,6 +84,7 @@ func New(d Deps) *Server {
 	s.registerDomains()
 	s.registerCredentials()
 	s.registerWebhooks()
+	documentResponseHeaders(s.api.OpenAPI())
 
 	s.handler = withRequestID(d.Logger, withEnvelopedFallbacks(mux))
 	return s
@@ -137,6 +138,7 @@ func register[I, O any](s *Server, op huma.Operation, handler func(context.Conte
 		}
 		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden)
 	}
+	conventionsForOperation(&op, len(op.Security) > 0)
 	op.Errors = append(op.Errors, http.StatusInternalServerError, http.StatusServiceUnavailable)
 	huma.Register(s.api, op, func(ctx context.Context, in *I) (*O, error) {
 		out, err := handler(ctx, in)
