@@ -99,8 +99,12 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 
-	// An authenticated use counts even when the permission is missing.
+	// An authenticated use counts even when the permission is missing, and so
+	// does it against the key's rate limit.
 	s.usage.Seen(key.ID, key.LastUsedAt)
+	if !s.admitRate(ctx, key.ID) {
+		return
+	}
 	need, _ := op.Metadata[permissionMetadata].(string)
 	if need == "" {
 		need = PermissionAdmin

@@ -54,6 +54,12 @@ type RevokedCredential struct {
 // CredentialList is the data of List credentials.
 type CredentialList struct {
 	Credentials []Credential `json:"credentials"`
+	PageInfo
+}
+
+// ListCredentialsInput pages through the credentials.
+type ListCredentialsInput struct {
+	PageQuery
 }
 
 // CreatedCredential is the data of Create credential: the only time the secret
@@ -117,7 +123,8 @@ func (s *Server) registerCredentials() {
 	register(s, huma.Operation{
 		OperationID: "list-credentials", Method: http.MethodGet, Path: "/api/v1/credentials",
 		Summary: "List credentials", Tags: []string{"Credentials"},
-		Description: "The active API keys of the key's organization.",
+		Description: "The active API keys of the key's organization, oldest first: all of them, or a page with limit and cursor.",
+		Errors:      []int{http.StatusUnprocessableEntity},
 	}, s.listCredentials)
 	register(s, huma.Operation{
 		OperationID: "create-credential", Method: http.MethodPost, Path: "/api/v1/credentials",
@@ -133,8 +140,13 @@ func (s *Server) registerCredentials() {
 	}, s.deleteCredential)
 }
 
-func (s *Server) listCredentials(ctx context.Context, _ *struct{}) (*Response[CredentialList], error) {
-	rows, err := s.store.ActiveCredentials(ctx, principalFrom(ctx).OrganizationID)
+func (s *Server) listCredentials(ctx context.Context, in *ListCredentialsInput) (*Response[CredentialList], error) {
+	const list = "credentials"
+	page, err := storePage[int64](in.PageQuery, list, 0, nil)
+	if err != nil {
+		return nil, err
+	}
+	rows, more, err := s.store.ActiveCredentials(ctx, principalFrom(ctx).OrganizationID, page)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +154,8 @@ func (s *Server) listCredentials(ctx context.Context, _ *struct{}) (*Response[Cr
 	for _, k := range rows {
 		out.Credentials = append(out.Credentials, credentialFromStore(k))
 	}
-	return respond(out), nil
+	out.PageInfo, err = pageInfo(page, list, rows, more, func(k *store.APIKey) int64 { return k.ID })
+	return respond(out), err
 }
 
 func credentialFromStore(k store.APIKey) Credential {

@@ -31,6 +31,12 @@ func domainFromStore(d store.Domain) Domain {
 // DomainList is the data of List domains.
 type DomainList struct {
 	Domains []Domain `json:"domains"`
+	PageInfo
+}
+
+// ListDomainsInput pages through the domains.
+type ListDomainsInput struct {
+	PageQuery
 }
 
 // DNSRecord is a record the customer creates at their DNS provider.
@@ -97,7 +103,8 @@ func (s *Server) registerDomains() {
 	register(s, huma.Operation{
 		OperationID: "list-domains", Method: http.MethodGet, Path: "/api/v1/domains",
 		Summary: "List domains", Tags: []string{"Domains"},
-		Description: "All pending, verified and failed domains of the key's organization.",
+		Description: "The pending, verified and failed domains of the key's organization, oldest first: all of them, or a page with limit and cursor.",
+		Errors:      []int{http.StatusUnprocessableEntity},
 	}, s.listDomains)
 	register(s, huma.Operation{
 		OperationID: "add-domain", Method: http.MethodPost, Path: "/api/v1/domains", DefaultStatus: http.StatusCreated,
@@ -119,8 +126,13 @@ func (s *Server) registerDomains() {
 	}, s.verifyDomain)
 }
 
-func (s *Server) listDomains(ctx context.Context, _ *struct{}) (*Response[DomainList], error) {
-	rows, err := s.store.ListDomains(ctx, principalFrom(ctx).OrganizationID)
+func (s *Server) listDomains(ctx context.Context, in *ListDomainsInput) (*Response[DomainList], error) {
+	const list = "domains"
+	page, err := storePage[int64](in.PageQuery, list, 0, nil)
+	if err != nil {
+		return nil, err
+	}
+	rows, more, err := s.store.ListDomains(ctx, principalFrom(ctx).OrganizationID, page)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +140,8 @@ func (s *Server) listDomains(ctx context.Context, _ *struct{}) (*Response[Domain
 	for _, d := range rows {
 		out.Domains = append(out.Domains, domainFromStore(d))
 	}
-	return respond(out), nil
+	out.PageInfo, err = pageInfo(page, list, rows, more, func(d *store.Domain) int64 { return d.ID })
+	return respond(out), err
 }
 
 func (s *Server) addDomain(ctx context.Context, in *AddDomainInput) (*Response[AddDomainData], error) {

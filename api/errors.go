@@ -12,21 +12,26 @@ import (
 	"github.com/mailyard/mailyard/internal/store"
 )
 
-// Error codes of PRODUCT.md §2. The HTTP status says the class, the code says which.
+// Error codes the API answers with. The HTTP status says the class, the code
+// says which; the README's table lists each with its status.
 const (
-	CodeBadRequest         = "bad_request"
-	CodeUnauthorized       = "unauthorized"
-	CodeForbidden          = "forbidden"
-	CodeNotFound           = "not_found"
-	CodeMethodNotAllowed   = "method_not_allowed"
-	CodeDomainExists       = "domain_exists"
-	CodeDomainNotVerified  = "domain_not_verified"
-	CodeConflict           = "conflict"
-	CodeRotationInProgress = "rotation_in_progress"
-	CodeValidationFailed   = "validation_failed"
-	CodePayloadTooLarge    = "payload_too_large"
-	CodeUnavailable        = "unavailable"
-	CodeInternal           = "internal"
+	CodeBadRequest            = "bad_request"             // 400
+	CodeUnauthorized          = "unauthorized"            // 401
+	CodeForbidden             = "forbidden"               // 403
+	CodeNotFound              = "not_found"               // 404
+	CodeMethodNotAllowed      = "method_not_allowed"      // 405
+	CodeDomainExists          = "domain_exists"           // 409
+	CodeDomainNotVerified     = "domain_not_verified"     // 409
+	CodeConflict              = "conflict"                // 409
+	CodeWebhookLimitReached   = "webhook_limit_reached"   // 409
+	CodeIdempotencyInProgress = "idempotency_in_progress" // 409
+	CodeRotationInProgress    = "rotation_in_progress"    // 409
+	CodePayloadTooLarge       = "payload_too_large"       // 413
+	CodeValidationFailed      = "validation_failed"       // 422
+	CodeIdempotencyKeyReused  = "idempotency_key_reused"  // 422
+	CodeRateLimited           = "rate_limited"            // 429
+	CodeInternal              = "internal"                // 500
+	CodeUnavailable           = "unavailable"             // 503
 )
 
 // codeForStatus is the default code of a status, used for errors that Huma itself
@@ -49,6 +54,8 @@ func codeForStatus(status int) string {
 		return CodePayloadTooLarge
 	case http.StatusUnprocessableEntity:
 		return CodeValidationFailed
+	case http.StatusTooManyRequests:
+		return CodeRateLimited
 	case http.StatusServiceUnavailable:
 		return CodeUnavailable
 	default:

@@ -33,20 +33,31 @@ type harness struct {
 	temporal client.Client
 	orgID    int64
 	adminKey string
+	dbURL    string
+	logger   *slog.Logger
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T) *harness { return newHarnessWith(t, nil) }
+
+// newHarnessWith sets extra environment variables of the configuration. The
+// rate limit is high unless a test sets it: tests that are not about it send
+// requests as fast as they like, yet every answer carries the headers.
+func newHarnessWith(t *testing.T, env map[string]string) *harness {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	st := testenv.OpenStore(t, testenv.PostgresURL(t))
-	cfg, err := config.LoadFrom(func(name string) string {
-		return map[string]string{
-			"MAILYARD_DATABASE_URL":   "postgres://unused",
-			"MAILYARD_ENCRYPTION_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
-			"MAILYARD_INTERNAL_TOKEN": "internal-token-for-tests",
-		}[name]
-	}, config.Need{})
+	dbURL := testenv.PostgresURL(t)
+	st := testenv.OpenStore(t, dbURL)
+	vars := map[string]string{
+		"MAILYARD_DATABASE_URL":   "postgres://unused",
+		"MAILYARD_ENCRYPTION_KEY": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+		"MAILYARD_INTERNAL_TOKEN": "internal-token-for-tests",
+		"MAILYARD_RATE_LIMIT":     "100000/s",
+	}
+	for k, v := range env {
+		vars[k] = v
+	}
+	cfg, err := config.LoadFrom(func(name string) string { return vars[name] }, config.Need{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +74,7 @@ func newHarness(t *testing.T) *harness {
 	go a.Run(ctx)
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)
-	h := &harness{t: t, srv: srv, api: a, store: st, cfg: cfg, temporal: tc}
+	h := &harness{t: t, srv: srv, api: a, store: st, cfg: cfg, temporal: tc, dbURL: dbURL, logger: logger}
 	h.orgID, h.adminKey = h.newOrg("acme")
 	return h
 }
@@ -100,6 +111,12 @@ type response struct {
 
 func (h *harness) do(method, path, key string, body any) response {
 	h.t.Helper()
+	return h.doAt(h.srv.URL, method, path, key, body, nil)
+}
+
+// doAt sends a request to the API at base with extra headers.
+func (h *harness) doAt(base, method, path, key string, body any, header map[string]string) response {
+	h.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -114,9 +131,12 @@ func (h *harness) do(method, path, key string, body any) response {
 		}
 		rd = bytes.NewReader(buf)
 	}
-	req, err := http.NewRequest(method, h.srv.URL+path, rd)
+	req, err := http.NewRequest(method, base+path, rd)
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
 	}
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")

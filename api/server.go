@@ -35,6 +35,9 @@ type Deps struct {
 	Verifier *verification.Verifier
 	// DeliverySchedule overrides the webhook retry schedule (tests).
 	DeliverySchedule []time.Duration
+	// IdempotencyWait overrides how long a request waits for the answer of the
+	// same request still running before 409 idempotency_in_progress (tests).
+	IdempotencyWait time.Duration
 }
 
 // Server holds the public and internal handlers.
@@ -44,9 +47,14 @@ type Server struct {
 	temporal client.Client
 	logger   *slog.Logger
 	usage    *usageRecorder
+	// limits is the per-key rate limiter; nil when MAILYARD_RATE_LIMIT is off.
+	limits *rateLimiter
 
-	// box seals and opens webhook signing secrets; nil without an encryption key.
+	// box seals and opens webhook signing secrets and stored idempotent
+	// answers; nil without an encryption key.
 	box *secrets.Box
+
+	idempotencyWait time.Duration
 
 	onboarding *onboardingRuns
 	lifecycle  *domainLifecycle
@@ -61,10 +69,14 @@ type Server struct {
 // New builds the API and registers every operation.
 func New(d Deps) *Server {
 	installErrorModel(d.Logger)
-	s := &Server{cfg: d.Config, store: d.Store, temporal: d.Temporal, logger: d.Logger, usage: newUsageRecorder(d.Store, d.Logger)}
+	s := &Server{cfg: d.Config, store: d.Store, temporal: d.Temporal, logger: d.Logger, usage: newUsageRecorder(d.Store, d.Logger), limits: newRateLimiter(d.Config.RateLimit)}
 	if len(d.Config.EncryptionKey) > 0 {
 		// The configuration checked the key's length, the only way New fails.
 		s.box, _ = secrets.New(d.Config.EncryptionKey)
+	}
+	s.idempotencyWait = d.IdempotencyWait
+	if s.idempotencyWait <= 0 {
+		s.idempotencyWait = defaultIdempotencyWait
 	}
 	s.deliveries = &deliveryruns.Runs{Temporal: d.Temporal, Schedule: d.DeliverySchedule, Logger: d.Logger}
 	s.platform = &platformevents.Emitter{Store: d.Store, Runs: s.deliveries}
@@ -74,12 +86,13 @@ func New(d Deps) *Server {
 	mux := http.NewServeMux()
 	s.api = humago.New(mux, humaConfig("Mailyard", "Management API for sending domains, API credentials and webhooks.",
 		"An API key: `Authorization: Bearer myk_...`."))
-	s.api.UseMiddleware(s.authenticate)
+	s.api.UseMiddleware(s.authenticate, s.idempotency)
 	s.registerHealth()
 	s.registerDomains()
 	s.registerDomainLifecycle()
 	s.registerCredentials()
 	s.registerWebhooks()
+	documentResponseHeaders(s.api.OpenAPI())
 
 	s.handler = withRequestID(d.Logger, withEnvelopedFallbacks(mux))
 	return s
@@ -100,8 +113,12 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // OpenAPI returns the generated document (tests walk it).
 func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
 
-// Run does the API's background work (recording key use) until ctx ends.
-func (s *Server) Run(ctx context.Context) { s.usage.Run(ctx) }
+// Run does the API's background work (recording key use, deleting expired
+// idempotency keys) until ctx ends.
+func (s *Server) Run(ctx context.Context) {
+	go s.sweepIdempotencyKeys(ctx)
+	s.usage.Run(ctx)
+}
 
 // humaConfig is the configuration both listeners share: no $schema links in
 // bodies (the envelope is the whole contract) and a bearer security scheme.
@@ -129,6 +146,7 @@ func register[I, O any](s *Server, op huma.Operation, handler func(context.Conte
 		}
 		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden)
 	}
+	conventionsForOperation(&op, len(op.Security) > 0)
 	op.Errors = append(op.Errors, http.StatusInternalServerError, http.StatusServiceUnavailable)
 	huma.Register(s.api, op, func(ctx context.Context, in *I) (*O, error) {
 		out, err := handler(ctx, in)

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -61,7 +62,7 @@ type DeliveryData struct {
 // DeliveryPage is the data of List deliveries.
 type DeliveryPage struct {
 	Deliveries []Delivery `json:"deliveries"`
-	NextCursor *string    `json:"next_cursor" nullable:"true" doc:"Pass as cursor for the next page; null on the last page."`
+	PageInfo
 }
 
 // TestWebhookInput optionally chooses the sample event's type.
@@ -74,9 +75,8 @@ type TestWebhookInput struct {
 
 // ListDeliveriesInput pages through a webhook's deliveries.
 type ListDeliveriesInput struct {
-	ID     int64  `path:"id" doc:"Webhook id."`
-	Cursor string `query:"cursor" doc:"next_cursor of the previous page."`
-	Limit  int    `query:"limit" minimum:"1" maximum:"100" default:"20"`
+	ID int64 `path:"id" doc:"Webhook id."`
+	PageQuery
 }
 
 // RetryDeliveryInput names a delivery of a webhook.
@@ -96,7 +96,7 @@ func (s *Server) registerWebhookDeliveries() {
 	register(s, huma.Operation{
 		OperationID: "list-webhook-deliveries", Method: http.MethodGet, Path: "/api/v1/webhooks/{id}/deliveries",
 		Summary: "List deliveries", Tags: tags,
-		Description: "The webhook's deliveries, newest first, each with its attempts.",
+		Description: "The webhook's deliveries, newest first, each with its attempts; pages of limit (default 20) with cursor.",
 		Errors:      []int{http.StatusNotFound, http.StatusUnprocessableEntity},
 	}, s.listDeliveries)
 	register(s, huma.Operation{
@@ -156,21 +156,19 @@ func (s *Server) listDeliveries(ctx context.Context, in *ListDeliveriesInput) (*
 	if err != nil {
 		return nil, err
 	}
-	if in.Cursor != "" {
-		if _, err := uuid.Parse(in.Cursor); err != nil {
-			return nil, fieldError("query.cursor", "cursor must be the next_cursor of a previous page")
-		}
+	// A cursor names its webhook: one of another webhook's list is refused.
+	list := fmt.Sprintf("webhooks/%d/deliveries", w.ID)
+	p, err := storePage(in.PageQuery, list, defaultPageSize, func(id string) bool { return uuid.Validate(id) == nil })
+	if err != nil {
+		return nil, err
 	}
-	// One more than asked tells whether a next page exists.
-	rows, err := s.store.ListDeliveries(ctx, w.ID, strings.ToLower(in.Cursor), in.Limit+1)
+	rows, more, err := s.store.ListDeliveries(ctx, w.ID, p)
 	if err != nil {
 		return nil, err
 	}
 	page := DeliveryPage{Deliveries: []Delivery{}}
-	if len(rows) > in.Limit {
-		rows = rows[:in.Limit]
-		next := rows[len(rows)-1].ID
-		page.NextCursor = &next
+	if page.PageInfo, err = pageInfo(p, list, rows, more, func(d *store.Delivery) string { return d.ID }); err != nil {
+		return nil, err
 	}
 	ids := make([]string, len(rows))
 	for i := range rows {

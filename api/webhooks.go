@@ -19,8 +19,6 @@ import (
 // state refuses it until a webhook is deleted.
 const MaxWebhooksPerOrganization = 20
 
-// CodeWebhookLimitReached is the error code of that 409.
-const CodeWebhookLimitReached = "webhook_limit_reached"
 
 // Webhook is a subscription as the API shows it.
 type Webhook struct {
@@ -53,6 +51,12 @@ type CreateWebhookData struct {
 // WebhookList is the data of List webhooks.
 type WebhookList struct {
 	Webhooks []Webhook `json:"webhooks"`
+	PageInfo
+}
+
+// ListWebhooksInput pages through the webhooks.
+type ListWebhooksInput struct {
+	PageQuery
 }
 
 // WebhookData wraps one webhook.
@@ -82,6 +86,8 @@ func (s *Server) registerWebhooks() {
 	register(s, huma.Operation{
 		OperationID: "list-webhooks", Method: http.MethodGet, Path: "/api/v1/webhooks",
 		Summary: "List webhooks", Tags: tags,
+		Description: "The organization's webhooks, oldest first: all of them, or a page with limit and cursor.",
+		Errors:      []int{http.StatusUnprocessableEntity},
 	}, s.listWebhooks)
 	register(s, huma.Operation{
 		OperationID: "get-webhook", Method: http.MethodGet, Path: "/api/v1/webhooks/{id}",
@@ -129,8 +135,13 @@ func (s *Server) createWebhook(ctx context.Context, in *CreateWebhookInput) (*Re
 	return respond(CreateWebhookData{Webhook: webhookFromStore(w), SigningSecret: secret}), nil
 }
 
-func (s *Server) listWebhooks(ctx context.Context, _ *struct{}) (*Response[WebhookList], error) {
-	rows, err := s.store.ListWebhooks(ctx, principalFrom(ctx).OrganizationID)
+func (s *Server) listWebhooks(ctx context.Context, in *ListWebhooksInput) (*Response[WebhookList], error) {
+	const list = "webhooks"
+	page, err := storePage[int64](in.PageQuery, list, 0, nil)
+	if err != nil {
+		return nil, err
+	}
+	rows, more, err := s.store.ListWebhooks(ctx, principalFrom(ctx).OrganizationID, page)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +149,8 @@ func (s *Server) listWebhooks(ctx context.Context, _ *struct{}) (*Response[Webho
 	for i := range rows {
 		out.Webhooks = append(out.Webhooks, webhookFromStore(&rows[i]))
 	}
-	return respond(out), nil
+	out.PageInfo, err = pageInfo(page, list, rows, more, func(w *store.Webhook) int64 { return w.ID })
+	return respond(out), err
 }
 
 // ownWebhook reads a webhook of the caller's organization; any other id is

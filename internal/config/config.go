@@ -46,6 +46,8 @@ type Config struct {
 	// DKIMRecheck is how often a rotation re-checks the customer's DNS while
 	// the standby key is not visible through their CNAME.
 	DKIMRecheck time.Duration
+	// RateLimit is the token bucket of every API key (MAILYARD_RATE_LIMIT).
+	RateLimit RateLimit
 
 	// VerifySchedule is how often the onboarding workflow checks DNS; empty means
 	// the default of PRODUCT.md §4.
@@ -56,6 +58,53 @@ type Config struct {
 type RFC2136 struct {
 	Server string
 	TSIG   string // name:algorithm:base64secret
+}
+
+// RateLimit is a sustained rate of Requests per Per, with a burst of twice
+// Requests (two periods' worth). The zero value is off: no limit.
+type RateLimit struct {
+	Requests int
+	Per      time.Duration
+}
+
+// Off reports whether limits are disabled.
+func (r RateLimit) Off() bool { return r.Requests == 0 }
+
+// Burst is the bucket's size: twice the requests of one period.
+func (r RateLimit) Burst() int { return 2 * r.Requests }
+
+// PerSecond is the refill rate in tokens per second.
+func (r RateLimit) PerSecond() float64 { return float64(r.Requests) / r.Per.Seconds() }
+
+// String writes the limit as it is configured, e.g. "20/s" or "off".
+func (r RateLimit) String() string {
+	if r.Off() {
+		return "off"
+	}
+	for unit, d := range map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour} {
+		if r.Per == d {
+			return strconv.Itoa(r.Requests) + "/" + unit
+		}
+	}
+	return strconv.Itoa(r.Requests) + "/" + r.Per.String()
+}
+
+// DefaultRateLimit is MAILYARD_RATE_LIMIT's default.
+const DefaultRateLimit = "20/s"
+
+// ParseRateLimit reads "N/s", "N/m", "N/h" (N a whole number from 1) or "off".
+func ParseRateLimit(v string) (RateLimit, error) {
+	v = strings.ToLower(strings.TrimSpace(v))
+	if v == "off" {
+		return RateLimit{}, nil
+	}
+	count, unit, ok := strings.Cut(v, "/")
+	per := map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour}[strings.TrimSpace(unit)]
+	n, err := strconv.Atoi(strings.TrimSpace(count))
+	if !ok || per == 0 || err != nil || n < 1 || n > 1_000_000 {
+		return RateLimit{}, fmt.Errorf("%q is not a rate such as 20/s, 600/m or 10000/h (requests per second, minute or hour), or off", v)
+	}
+	return RateLimit{Requests: n, Per: per}, nil
 }
 
 // Need says which settings a process requires beyond those with defaults.
@@ -139,6 +188,12 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 		c.VerifySchedule = schedule
 	}
 
+	if limit, err := ParseRateLimit(str("MAILYARD_RATE_LIMIT", DefaultRateLimit)); err != nil {
+		errs = append(errs, fmt.Errorf("MAILYARD_RATE_LIMIT: %v", err))
+	} else {
+		c.RateLimit = limit
+	}
+
 	prio := str("MAILYARD_MX_PRIORITY", "10")
 	if n, err := strconv.Atoi(prio); err != nil || n < 0 || n > 65535 {
 		errs = append(errs, fmt.Errorf("MAILYARD_MX_PRIORITY: %q is not a number from 0 to 65535", prio))
@@ -203,9 +258,9 @@ func (c *Config) String() string {
 		}
 		return "(unset)"
 	}
-	return fmt.Sprintf("database=%s temporal=%s/%s http=%s internal=%s internal_token=%s encryption_key=%s dkim_host=%s publisher=%s dns_addr=%s resolver=%q dkim_retain=%s dkim_recheck=%s",
+	return fmt.Sprintf("database=%s temporal=%s/%s http=%s internal=%s internal_token=%s encryption_key=%s dkim_host=%s publisher=%s dns_addr=%s resolver=%q rate_limit=%s dkim_retain=%s dkim_recheck=%s",
 		RedactURL(c.DatabaseURL), c.TemporalAddress, c.TemporalNamespace, c.HTTPAddr, c.InternalAddr,
-		mask(c.InternalToken != ""), mask(len(c.EncryptionKey) > 0), c.DKIMHost, c.DNSPublisher, c.DNSAddr, c.DNSResolver, c.DKIMRetain, c.DKIMRecheck)
+		mask(c.InternalToken != ""), mask(len(c.EncryptionKey) > 0), c.DKIMHost, c.DNSPublisher, c.DNSAddr, c.DNSResolver, c.RateLimit, c.DKIMRetain, c.DKIMRecheck)
 }
 
 // RedactURL hides a password in a database URL.

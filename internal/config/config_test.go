@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func env(m map[string]string) Getenv { return func(k string) string { return m[k] } }
@@ -28,11 +29,12 @@ func TestEveryProblemNamesItsVariable(t *testing.T) {
 		"MAILYARD_WEBHOOK_ALLOW_HTTP": "maybe",
 		"MAILYARD_VERIFY_SCHEDULE":    "1m",
 		"MAILYARD_DNS_RESOLVER":       "8.8.8.8",
+		"MAILYARD_RATE_LIMIT":         "fast",
 	}), Need{Database: true, EncryptionKey: true, InternalToken: true})
 	if err == nil {
 		t.Fatal("no error")
 	}
-	for _, name := range []string{"MAILYARD_DATABASE_URL", "MAILYARD_ENCRYPTION_KEY", "MAILYARD_MX_PRIORITY", "MAILYARD_DNS_PUBLISHER", "MAILYARD_HTTP_ADDR", "MAILYARD_WEBHOOK_ALLOW_HTTP", "MAILYARD_VERIFY_SCHEDULE", "MAILYARD_DNS_RESOLVER", "MAILYARD_INTERNAL_TOKEN"} {
+	for _, name := range []string{"MAILYARD_DATABASE_URL", "MAILYARD_ENCRYPTION_KEY", "MAILYARD_MX_PRIORITY", "MAILYARD_DNS_PUBLISHER", "MAILYARD_HTTP_ADDR", "MAILYARD_WEBHOOK_ALLOW_HTTP", "MAILYARD_VERIFY_SCHEDULE", "MAILYARD_DNS_RESOLVER", "MAILYARD_INTERNAL_TOKEN", "MAILYARD_RATE_LIMIT"} {
 		found := 0
 		for _, l := range strings.Split(err.Error(), "\n") {
 			if strings.HasPrefix(l, name+":") {
@@ -42,6 +44,40 @@ func TestEveryProblemNamesItsVariable(t *testing.T) {
 		if found != 1 {
 			t.Errorf("%s reported %d times in:\n%s", name, found, err)
 		}
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	c, err := LoadFrom(env(nil), Need{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RateLimit.Requests != 20 || c.RateLimit.Per != time.Second || c.RateLimit.Burst() != 40 || c.RateLimit.PerSecond() != 20 || c.RateLimit.String() != "20/s" {
+		t.Fatalf("default rate limit %+v", c.RateLimit)
+	}
+	for in, want := range map[string]RateLimit{
+		"20/s":     {20, time.Second},
+		"600/m":    {600, time.Minute},
+		" 1000/H ": {1000, time.Hour},
+		"off":      {},
+		"OFF":      {},
+	} {
+		got, err := ParseRateLimit(in)
+		if err != nil || got != want {
+			t.Errorf("%q: %+v %v, want %+v", in, got, err, want)
+		}
+	}
+	if r, _ := ParseRateLimit("600/m"); r.PerSecond() != 10 || r.Burst() != 1200 || r.String() != "600/m" {
+		t.Errorf("600/m: %+v", r)
+	}
+	for _, bad := range []string{"20", "20/d", "0/s", "-1/s", "x/s", "20/", "/s", "1.5/s", "2000000/s"} {
+		if _, err := ParseRateLimit(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if _, err := LoadFrom(env(map[string]string{"MAILYARD_RATE_LIMIT": "20 per second"}), Need{}); err == nil ||
+		!strings.HasPrefix(err.Error(), "MAILYARD_RATE_LIMIT: ") || !strings.Contains(err.Error(), "600/m") {
+		t.Fatalf("invalid rate limit: %v", err)
 	}
 }
 

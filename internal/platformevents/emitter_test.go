@@ -134,7 +134,7 @@ func (f *fixture) newWebhook(t *testing.T, org int64, path string, types ...even
 
 func (f *fixture) deliveriesOf(t *testing.T, webhookID int64) []store.Delivery {
 	t.Helper()
-	ds, err := f.st.ListDeliveries(context.Background(), webhookID, "", 100)
+	ds, _, err := f.st.ListDeliveries(context.Background(), webhookID, store.Page{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

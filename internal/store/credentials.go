@@ -12,20 +12,21 @@ func (s *Store) CreateCredential(ctx context.Context, key *APIKey) error {
 	return insertAPIKey(ctx, s.DB, key)
 }
 
-// ActiveCredentials returns an organization's active keys, oldest first, each with
-// the name of its sending domain (nil for the organization-wide bootstrap key).
-func (s *Store) ActiveCredentials(ctx context.Context, orgID int64) ([]APIKey, error) {
+// ActiveCredentials returns a page of an organization's active keys, oldest
+// (lowest id) first, each with the name of its sending domain (nil for the
+// organization-wide bootstrap key), and whether more follow. Page.After is a
+// key id (int64).
+func (s *Store) ActiveCredentials(ctx context.Context, orgID int64, page Page) ([]APIKey, bool, error) {
 	creds := []APIKey{}
-	err := s.DB.NewSelect().Model(&creds).
+	q := s.DB.NewSelect().Model(&creds).
 		ModelTableExpr("api_keys AS k").
 		ColumnExpr("k.*").
 		ColumnExpr("d.domain AS sending_domain").
 		Join("LEFT JOIN domains AS d ON d.id = k.sending_domain_id").
 		Where("k.organization_id = ?", orgID).
-		Where("k.status = ?", KeyActive).
-		OrderExpr("k.id").
-		Scan(ctx)
-	return creds, err
+		Where("k.status = ?", KeyActive)
+	more, err := scanPage(ctx, q, &creds, "k.id", Ascending, page)
+	return creds, more, err
 }
 
 // RevokeCredential revokes an active key of the organization and returns it. The

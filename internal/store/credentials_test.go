@@ -49,7 +49,7 @@ func TestCredentialsListAndRevoke(t *testing.T) {
 			t.Fatalf("created %+v", scoped)
 		}
 
-		list, err := st.ActiveCredentials(ctx, org.ID)
+		list, _, err := st.ActiveCredentials(ctx, org.ID, store.Page{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +83,7 @@ func TestCredentialsListAndRevoke(t *testing.T) {
 		if _, err := st.ActiveAPIKeyByDigest(ctx, keys.Digest(secret)); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("revoked key still authenticates: %v", err)
 		}
-		if list, _ := st.ActiveCredentials(ctx, org.ID); len(list) != 1 {
+		if list, _, _ := st.ActiveCredentials(ctx, org.ID, store.Page{}); len(list) != 1 {
 			t.Fatalf("revoked key still listed: %+v", list)
 		}
 	})

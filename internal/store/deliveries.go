@@ -143,18 +143,15 @@ func (s *Store) DeliveryOfWebhook(ctx context.Context, webhookID int64, id strin
 	return d, notFound(err)
 }
 
-// ListDeliveries returns up to limit deliveries of a webhook, newest first,
-// starting after the delivery id before ("" for the first page). Ids are
-// UUIDv7, so their order is their creation order.
-func (s *Store) ListDeliveries(ctx context.Context, webhookID int64, before string, limit int) ([]Delivery, error) {
+// ListDeliveries returns a page of a webhook's deliveries, newest first, and
+// whether more follow. Ids are UUIDv7, so their order is their creation order;
+// Page.After is a delivery id (a lower-case UUID string).
+func (s *Store) ListDeliveries(ctx context.Context, webhookID int64, page Page) ([]Delivery, bool, error) {
 	ds := []Delivery{}
 	q := s.DB.NewSelect().Model(&ds).ExcludeColumn("body").
-		Where("webhook_id = ?", webhookID).
-		OrderExpr("id DESC").Limit(int64(limit))
-	if before != "" {
-		q = q.Where("id < ?", before)
-	}
-	return ds, q.Scan(ctx)
+		Where("webhook_id = ?", webhookID)
+	more, err := scanPage(ctx, q, &ds, "id", Descending, page)
+	return ds, more, err
 }
 
 // AttemptsOf returns the attempts of the deliveries, oldest first, by

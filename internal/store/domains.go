@@ -162,15 +162,13 @@ func (s *Store) CreateDomain(ctx context.Context, d *Domain, records []DomainRec
 	return err
 }
 
-// ListDomains returns an organization's domains that are not deleted, oldest first.
-func (s *Store) ListDomains(ctx context.Context, orgID int64) ([]Domain, error) {
+// ListDomains returns a page of an organization's domains that are not deleted, oldest (lowest id)
+// first, and whether more follow. Page.After is a domain id (int64).
+func (s *Store) ListDomains(ctx context.Context, orgID int64, page Page) ([]Domain, bool, error) {
 	domains := []Domain{}
-	err := s.DB.NewSelect().Model(&domains).
-		Where("organization_id = ?", orgID).
-		Where("deleted_at IS NULL").
-		OrderExpr("id").
-		Scan(ctx)
-	return domains, err
+	q := s.DB.NewSelect().Model(&domains).Where("organization_id = ?", orgID).Where("deleted_at IS NULL")
+	more, err := scanPage(ctx, q, &domains, "id", Ascending, page)
+	return domains, more, err
 }
 
 // DomainInOrganization reads a domain only if it belongs to the organization and

@@ -99,16 +99,16 @@ func (s *Store) CreateWebhook(ctx context.Context, w *Webhook, limit int, seal f
 	})
 }
 
-// ListWebhooks returns an organization's webhooks that are not deleted,
-// oldest first.
-func (s *Store) ListWebhooks(ctx context.Context, orgID int64) ([]Webhook, error) {
+// ListWebhooks returns a page of an organization's webhooks that are not
+// deleted, oldest (lowest id) first, and whether more follow. Page.After is a
+// webhook id (int64).
+func (s *Store) ListWebhooks(ctx context.Context, orgID int64, page Page) ([]Webhook, bool, error) {
 	hooks := []Webhook{}
-	err := s.DB.NewSelect().Model(&hooks).
+	q := s.DB.NewSelect().Model(&hooks).
 		Where("organization_id = ?", orgID).
-		Where("status <> ?", WebhookDeleted).
-		OrderExpr("id").
-		Scan(ctx)
-	return hooks, err
+		Where("status <> ?", WebhookDeleted)
+	more, err := scanPage(ctx, q, &hooks, "id", Ascending, page)
+	return hooks, more, err
 }
 
 // WebhookInOrganization reads a webhook only if it belongs to the organization

@@ -64,7 +64,7 @@ func TestWebhookLimitAndSecretBinding(t *testing.T) {
 		if ok != 5 || limited != 3 {
 			t.Fatalf("concurrent creates: %d created, %d limited; want 5 and 3", ok, limited)
 		}
-		hooks, err := st.ListWebhooks(ctx, org)
+		hooks, _, err := st.ListWebhooks(ctx, org, store.Page{})
 		if err != nil || len(hooks) != 5 {
 			t.Fatalf("list %d %v", len(hooks), err)
 		}
@@ -150,7 +150,7 @@ func TestIngestFansOutOnceAndAttemptsFinishDeliveries(t *testing.T) {
 		if err := st.FinishDelivery(ctx, id, store.DeliveryDelivered); err != nil {
 			t.Fatal(err)
 		}
-		list, err := st.ListDeliveries(ctx, w.ID, "", 10)
+		list, _, err := st.ListDeliveries(ctx, w.ID, store.Page{Limit: 10})
 		if err != nil || len(list) != 1 || list[0].Status != store.DeliveryFailed || list[0].FinishedAt == nil || list[0].Body != nil {
 			t.Fatalf("list %+v %v", list, err)
 		}
@@ -199,19 +199,19 @@ func TestDeliveriesPageNewestFirstAndDeleteStopsPending(t *testing.T) {
 			t.Fatal(err)
 		}
 		var seen []string
-		cursor := ""
+		var after any
 		for {
-			page, err := st.ListDeliveries(ctx, w.ID, cursor, 3)
+			page, more, err := st.ListDeliveries(ctx, w.ID, store.Page{Limit: 3, After: after})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, d := range page {
 				seen = append(seen, d.ID)
 			}
-			if len(page) < 3 {
+			if !more {
 				break
 			}
-			cursor = page[len(page)-1].ID
+			after = page[len(page)-1].ID
 		}
 		if len(seen) != 7 {
 			t.Fatalf("paged %d deliveries", len(seen))
@@ -225,7 +225,7 @@ func TestDeliveriesPageNewestFirstAndDeleteStopsPending(t *testing.T) {
 		if err != nil || len(stopped) != 6 {
 			t.Fatalf("delete stopped %d (%v)", len(stopped), err)
 		}
-		left, _ := st.ListDeliveries(ctx, w.ID, "", 10)
+		left, _, _ := st.ListDeliveries(ctx, w.ID, store.Page{Limit: 10})
 		for _, d := range left {
 			want := store.DeliveryFailed
 			if d.ID == ids[0] {

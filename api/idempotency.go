@@ -1,0 +1,305 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/mailyard/mailyard/internal/store"
+)
+
+// Idempotency keys: a POST under /api/v1 with an Idempotency-Key header runs
+// once per organization and key within idempotencyRetention; a repeat of the
+// same request gets the first answer again, with Idempotent-Replayed: true.
+// The database, not this process, holds the keys, so this holds across API
+// processes.
+const (
+	idempotencyHeader       = "Idempotency-Key"
+	idempotencyReplayHeader = "Idempotent-Replayed"
+	idempotencyMaxKeyLength = 255
+
+	// idempotencyRetention is how long a key and its answer are kept.
+	idempotencyRetention = 24 * time.Hour
+
+	// idempotencyLock is how long a claim lasts without an answer. A request
+	// whose process dies (SIGKILL, power loss) leaves its claim; two minutes
+	// later the same request, retried, runs again. It is far longer than any
+	// operation takes (Verify domain answers within 10 s), so a live claim is
+	// never taken over.
+	idempotencyLock = 2 * time.Minute
+
+	// defaultIdempotencyWait is how long a request waits for the answer of the
+	// same request still running elsewhere before it answers 409
+	// idempotency_in_progress. Clients that retry at once after a timeout, or
+	// send the same request twice in parallel, thus get the answer itself.
+	defaultIdempotencyWait = 10 * time.Second
+
+	// idempotencySweepEvery is how often expired keys are deleted.
+	idempotencySweepEvery = 10 * time.Minute
+)
+
+// storedAnswer is what a key keeps of its first answer, sealed at rest.
+type storedAnswer struct {
+	Header http.Header `json:"header"`
+	Body   []byte      `json:"body"`
+}
+
+// RequestFingerprint is what identifies a request for its idempotency key:
+// SHA-256 over method, path and body.
+func RequestFingerprint(method, path string, body []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte(method))
+	h.Write([]byte{0})
+	h.Write([]byte(path))
+	h.Write([]byte{0})
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// validIdempotencyKey accepts 1 to 255 printable ASCII characters.
+func validIdempotencyKey(key string) bool {
+	if key == "" || len(key) > idempotencyMaxKeyLength {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// storableStatus says which answers a key keeps: successes and client errors
+// that the same request would get again. Server errors, timeouts and 429 are
+// worth retrying, so the key is released for the retry.
+func storableStatus(status int) bool {
+	switch {
+	case status >= 200 && status < 300:
+		return true
+	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status == http.StatusTooManyRequests:
+		return false
+	default:
+		return status >= 400 && status < 500
+	}
+}
+
+// idempotency is a Huma middleware, after authentication (it needs the
+// organization) and the rate limit.
+func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
+	op := ctx.Operation()
+	key, present := idempotencyKeyOf(ctx)
+	if op == nil || op.Method != http.MethodPost || len(op.Security) == 0 || !strings.HasPrefix(op.Path, "/api/v1/") || !present {
+		next(ctx)
+		return
+	}
+	fail := func(err error) { writeMiddlewareError(s.api, ctx, asAPIError(ctx.Context(), err)) }
+	if !validIdempotencyKey(key) {
+		fail(fieldError("header."+idempotencyHeader, "Idempotency-Key must be 1 to 255 printable ASCII characters"))
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(ctx.BodyReader(), maxBodyBytes+1))
+	if err != nil {
+		fail(NewAPIError(http.StatusBadRequest, CodeBadRequest, "cannot read the request body"))
+		return
+	}
+	rec := &recordingContext{innerContext: ctx, body: body, header: http.Header{}}
+	if len(body) > maxBodyBytes {
+		next(rec) // answered 413 by the operation; nothing to remember
+		return
+	}
+	if _, err := s.secretBox(); err != nil {
+		fail(err)
+		return
+	}
+	orgID := principalFrom(ctx.Context()).OrganizationID
+	url := ctx.URL()
+	fingerprint := RequestFingerprint(op.Method, url.Path, body)
+	binding := store.IdempotencyBinding(orgID, key)
+
+	deadline := time.Now().Add(s.idempotencyWait)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		row, err := s.store.ClaimIdempotencyKey(ctx.Context(), orgID, key, fingerprint, idempotencyLock, idempotencyRetention)
+		if err != nil {
+			fail(err)
+			return
+		}
+		if row == nil {
+			s.answerOnce(rec, next, orgID, key, binding)
+			return
+		}
+		if !bytes.Equal(row.Fingerprint, fingerprint) {
+			fail(NewAPIError(http.StatusUnprocessableEntity, CodeIdempotencyKeyReused,
+				"this Idempotency-Key was used for another request (method, path or body differ); use a new key for a new request"))
+			return
+		}
+		if row.ResponseStatus != nil {
+			if err := s.replay(ctx, row, binding); err != nil {
+				fail(err)
+			}
+			return
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			fail(NewAPIError(http.StatusConflict, CodeIdempotencyInProgress,
+				"a request with this Idempotency-Key is still being answered; retry shortly to get its answer"))
+			return
+		}
+		select {
+		case <-ctx.Context().Done():
+			fail(ctx.Context().Err())
+			return
+		case <-time.After(min(wait, left)):
+		}
+	}
+}
+
+// answerOnce runs the operation for a claimed key and keeps its answer, or
+// releases the key when the answer is worth retrying (or the handler panics).
+func (s *Server) answerOnce(rec *recordingContext, next func(huma.Context), orgID int64, key string, binding []byte) {
+	ctx := context.WithoutCancel(rec.innerContext.Context())
+	answered := false
+	defer func() {
+		if answered {
+			return
+		}
+		if err := s.store.ReleaseIdempotencyKey(ctx, orgID, key); err != nil {
+			s.logger.ErrorContext(ctx, "releasing an idempotency key", "request_id", RequestID(ctx), "error", err)
+		}
+	}()
+	next(rec)
+	status := rec.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	if !storableStatus(status) {
+		return
+	}
+	plain, err := json.Marshal(storedAnswer{Header: rec.header, Body: rec.buf.Bytes()})
+	if err == nil {
+		var sealed []byte
+		if sealed, err = s.box.Seal(plain, binding); err == nil {
+			err = s.store.SaveIdempotentResponse(ctx, orgID, key, status, sealed)
+		}
+	}
+	if err != nil {
+		// The client has its answer; a retry with the key will run the
+		// operation again once the claim is released.
+		s.logger.ErrorContext(ctx, "storing an idempotent answer", "request_id", RequestID(ctx), "error", err)
+		return
+	}
+	answered = true
+}
+
+// replay writes a key's stored answer.
+func (s *Server) replay(ctx huma.Context, row *store.IdempotencyKey, binding []byte) error {
+	plain, err := s.box.Open(row.ResponseEnc, binding)
+	if err != nil {
+		return err
+	}
+	var a storedAnswer
+	if err := json.Unmarshal(plain, &a); err != nil {
+		return err
+	}
+	for name, values := range a.Header {
+		for i, v := range values {
+			if i == 0 {
+				ctx.SetHeader(name, v)
+			} else {
+				ctx.AppendHeader(name, v)
+			}
+		}
+	}
+	ctx.SetHeader(idempotencyReplayHeader, "true")
+	ctx.SetStatus(*row.ResponseStatus)
+	_, err = ctx.BodyWriter().Write(a.Body)
+	if err != nil {
+		s.logger.WarnContext(ctx.Context(), "writing a replayed answer", "error", err)
+	}
+	return nil
+}
+
+// idempotencyKeyOf returns the header's value and whether it was sent at all
+// (an empty value is a bad key, not a missing one).
+func idempotencyKeyOf(ctx huma.Context) (string, bool) {
+	present := false
+	ctx.EachHeader(func(name, _ string) {
+		if strings.EqualFold(name, idempotencyHeader) {
+			present = true
+		}
+	})
+	return ctx.Header(idempotencyHeader), present
+}
+
+// asAPIError is convertError for middleware, which must write an envelope.
+func asAPIError(ctx context.Context, err error) *ErrorResponse {
+	var e *ErrorResponse
+	if !errors.As(convertError(ctx, err), &e) {
+		e = NewAPIError(http.StatusInternalServerError, CodeInternal, "internal error; quote request id "+RequestID(ctx))
+	}
+	return e
+}
+
+// innerContext lets recordingContext embed a huma.Context: a field named
+// Context would hide the Context method.
+type innerContext huma.Context
+
+// recordingContext gives the operation the body the middleware already read,
+// and keeps a copy of what it answers.
+type recordingContext struct {
+	innerContext
+	body   []byte
+	status int
+	header http.Header
+	buf    bytes.Buffer
+}
+
+func (c *recordingContext) BodyReader() io.Reader { return bytes.NewReader(c.body) }
+
+func (c *recordingContext) SetStatus(code int) {
+	c.status = code
+	c.innerContext.SetStatus(code)
+}
+
+func (c *recordingContext) SetHeader(name, value string) {
+	c.header.Set(name, value)
+	c.innerContext.SetHeader(name, value)
+}
+
+func (c *recordingContext) AppendHeader(name, value string) {
+	c.header.Add(name, value)
+	c.innerContext.AppendHeader(name, value)
+}
+
+func (c *recordingContext) BodyWriter() io.Writer {
+	return io.MultiWriter(&c.buf, c.innerContext.BodyWriter())
+}
+
+// sweepIdempotencyKeys deletes expired keys now and then until ctx ends: a
+// minute after start (not at once, so a starting process does not touch the
+// database before it serves), then every idempotencySweepEvery. Every API
+// process sweeps; the deletes are idempotent.
+func (s *Server) sweepIdempotencyKeys(ctx context.Context) {
+	t := time.NewTimer(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		t.Reset(idempotencySweepEvery)
+		if n, err := s.store.DeleteExpiredIdempotencyKeys(ctx, time.Now()); err != nil && ctx.Err() == nil {
+			s.logger.WarnContext(ctx, "deleting expired idempotency keys", "error", err)
+		} else if n > 0 {
+			s.logger.InfoContext(ctx, "deleted expired idempotency keys", "count", n)
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/mailyard/mailyard/internal/secrets"
+)
+
+// IdempotencyKey is a POST's Idempotency-Key: claimed while its first request
+// runs, then holding that request's answer until it expires.
+type IdempotencyKey struct {
+	bun.BaseModel `bun:"table:idempotency_keys"`
+
+	OrganizationID int64  `bun:"organization_id,pk"`
+	Key            string `bun:"idempotency_key,pk"`
+	// Fingerprint is what the first request was (SHA-256 of method, path and
+	// body); another request with the key is refused.
+	Fingerprint []byte `bun:"fingerprint,notnull"`
+	// ResponseStatus is nil while the first request is being answered.
+	ResponseStatus *int `bun:"response_status"`
+	// ResponseEnc is the sealed answer (IdempotencyBinding).
+	ResponseEnc []byte `bun:"response_enc"`
+	// LockedUntil ends a claim whose process died before answering.
+	LockedUntil *time.Time `bun:"locked_until"`
+	CreatedAt   time.Time  `bun:"created_at,notnull"`
+	ExpiresAt   time.Time  `bun:"expires_at,notnull"`
+}
+
+// IdempotencyBinding names the row a stored answer is sealed to, so it opens
+// only for the organization and key it was stored under.
+func IdempotencyBinding(orgID int64, key string) []byte {
+	return secrets.Binding("idempotency_keys", fmt.Sprintf("%d/%s", orgID, key))
+}
+
+// ClaimIdempotencyKey makes the caller the one request that answers key, or
+// returns the key's row as another request left it. A nil row means claimed:
+// the caller runs the operation, then calls SaveIdempotentResponse or
+// ReleaseIdempotencyKey. The claim is an INSERT ... ON CONFLICT DO NOTHING, so
+// of any number of concurrent requests, on any number of processes, exactly
+// one wins. An expired row, and a claim whose lock ran out with the same
+// fingerprint (its process died), are taken over.
+func (s *Store) ClaimIdempotencyKey(ctx context.Context, orgID int64, key string, fingerprint []byte, lockFor, retain time.Duration) (*IdempotencyKey, error) {
+	for range 5 {
+		at := now()
+		lockedUntil := at.Add(lockFor)
+		row := &IdempotencyKey{OrganizationID: orgID, Key: key, Fingerprint: fingerprint, LockedUntil: &lockedUntil, CreatedAt: at, ExpiresAt: at.Add(retain)}
+		res, err := s.DB.NewInsert().Model(row).On("CONFLICT (organization_id, idempotency_key) DO NOTHING").Exec(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return nil, err
+		} else if n == 1 {
+			return nil, nil
+		}
+		existing, err := s.IdempotencyKey(ctx, orgID, key)
+		if errors.Is(err, ErrNotFound) {
+			continue // released or swept meanwhile: claim again
+		}
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case !existing.ExpiresAt.After(at):
+			// Expired but not swept yet: it no longer counts.
+			if _, err := s.DB.NewDelete().Model((*IdempotencyKey)(nil)).
+				Where("organization_id = ?", orgID).Where("idempotency_key = ?", key).
+				Where("expires_at <= ?", at).Exec(ctx); err != nil {
+				return nil, err
+			}
+			continue
+		case existing.ResponseStatus == nil && existing.LockedUntil != nil && !existing.LockedUntil.After(at) && bytes.Equal(existing.Fingerprint, fingerprint):
+			// The guard makes one of several requests that see the dead claim
+			// take it over.
+			res, err := s.DB.NewUpdate().Model((*IdempotencyKey)(nil)).
+				Set("locked_until = ?", lockedUntil).
+				Where("organization_id = ?", orgID).Where("idempotency_key = ?", key).
+				Where("response_status IS NULL").Where("locked_until <= ?", at).
+				Exec(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if n, _ := res.RowsAffected(); n == 1 {
+				return nil, nil
+			}
+			continue
+		}
+		return existing, nil
+	}
+	return nil, errors.New("idempotency key changed hands too often to claim")
+}
+
+// IdempotencyKey reads a key's row.
+func (s *Store) IdempotencyKey(ctx context.Context, orgID int64, key string) (*IdempotencyKey, error) {
+	row := new(IdempotencyKey)
+	err := s.DB.NewSelect().Model(row).
+		Where("organization_id = ?", orgID).Where("idempotency_key = ?", key).
+		Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	return row, err
+}
+
+// SaveIdempotentResponse stores the answer of a claimed key (sealed by the
+// caller) and ends the claim.
+func (s *Store) SaveIdempotentResponse(ctx context.Context, orgID int64, key string, status int, sealed []byte) error {
+	_, err := s.DB.NewUpdate().Model((*IdempotencyKey)(nil)).
+		Set("response_status = ?", status).Set("response_enc = ?", sealed).Set("locked_until = NULL").
+		Where("organization_id = ?", orgID).Where("idempotency_key = ?", key).
+		Where("response_status IS NULL").
+		Exec(ctx)
+	return err
+}
+
+// ReleaseIdempotencyKey gives up a claim without an answer (the operation
+// failed in a way worth retrying): the next request with the key runs it.
+func (s *Store) ReleaseIdempotencyKey(ctx context.Context, orgID int64, key string) error {
+	_, err := s.DB.NewDelete().Model((*IdempotencyKey)(nil)).
+		Where("organization_id = ?", orgID).Where("idempotency_key = ?", key).
+		Where("response_status IS NULL").
+		Exec(ctx)
+	return err
+}
+
+// DeleteExpiredIdempotencyKeys removes the keys that expired by at and
+// returns how many.
+func (s *Store) DeleteExpiredIdempotencyKeys(ctx context.Context, at time.Time) (int64, error) {
+	res, err := s.DB.NewDelete().Model((*IdempotencyKey)(nil)).Where("expires_at <= ?", at.UTC()).Exec(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}

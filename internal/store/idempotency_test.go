@@ -1,0 +1,113 @@
+package store_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/testenv"
+)
+
+func TestIdempotencyKeyClaims(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		org, err := st.CreateOrganizationWithKey(ctx, "acme", &store.APIKey{Label: "b", Username: "b", Prefix: "p", Digest: []byte("d"), Permissions: store.Permissions{"admin"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fp, otherFP := []byte("fingerprint-1"), []byte("fingerprint-2")
+		claim := func(key string, fp []byte) *store.IdempotencyKey {
+			t.Helper()
+			row, err := st.ClaimIdempotencyKey(ctx, org.ID, key, fp, time.Minute, 24*time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return row
+		}
+
+		// Of concurrent claims exactly one wins.
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		won := 0
+		for range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				row, err := st.ClaimIdempotencyKey(ctx, org.ID, "k1", fp, time.Minute, 24*time.Hour)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if row == nil {
+					mu.Lock()
+					won++
+					mu.Unlock()
+				} else if row.ResponseStatus != nil || string(row.Fingerprint) != string(fp) {
+					t.Errorf("in-flight row %+v", row)
+				}
+			}()
+		}
+		wg.Wait()
+		if won != 1 {
+			t.Fatalf("%d claims won", won)
+		}
+
+		// The answer is kept; later claims see it.
+		if err := st.SaveIdempotentResponse(ctx, org.ID, "k1", 201, []byte("sealed")); err != nil {
+			t.Fatal(err)
+		}
+		row := claim("k1", otherFP)
+		if row == nil || *row.ResponseStatus != 201 || string(row.ResponseEnc) != "sealed" || row.LockedUntil != nil || string(row.Fingerprint) != string(fp) {
+			t.Fatalf("answered row %+v", row)
+		}
+
+		// A released claim can be claimed again.
+		if claim("k2", fp) != nil {
+			t.Fatal("first claim of k2 lost")
+		}
+		if err := st.ReleaseIdempotencyKey(ctx, org.ID, "k2"); err != nil {
+			t.Fatal(err)
+		}
+		if claim("k2", fp) != nil {
+			t.Fatal("released key not claimable")
+		}
+		// A claim whose lock ran out (its process died) is taken over by the
+		// same request, not by another one.
+		if _, err := st.DB.NewUpdate().Model((*store.IdempotencyKey)(nil)).Set("locked_until = ?", time.Now().UTC().Add(-time.Second)).
+			Where("idempotency_key = ?", "k2").Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if row := claim("k2", otherFP); row == nil || row.ResponseStatus != nil {
+			t.Fatalf("another request took over a dead claim: %+v", row)
+		}
+		if claim("k2", fp) != nil {
+			t.Fatal("dead claim not taken over")
+		}
+		if row := claim("k2", fp); row == nil {
+			t.Fatal("a taken-over claim is claimed twice")
+		}
+
+		// An expired key counts no more, and the sweep removes expired keys.
+		if _, err := st.DB.NewUpdate().Model((*store.IdempotencyKey)(nil)).Set("expires_at = ?", time.Now().UTC().Add(-time.Second)).
+			Where("idempotency_key = ?", "k1").Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if claim("k1", otherFP) != nil {
+			t.Fatal("expired key not claimable")
+		}
+		claim("k3", fp)
+		if _, err := st.DB.NewUpdate().Model((*store.IdempotencyKey)(nil)).Set("expires_at = ?", time.Now().UTC().Add(-time.Second)).
+			Where("idempotency_key IN (?, ?)", "k1", "k3").Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := st.DeleteExpiredIdempotencyKeys(ctx, time.Now()); err != nil || n != 2 {
+			t.Fatalf("swept %d (%v)", n, err)
+		}
+		if _, err := st.IdempotencyKey(ctx, org.ID, "k2"); err != nil {
+			t.Fatalf("sweep removed a live key: %v", err)
+		}
+	})
+}
