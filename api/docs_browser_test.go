@@ -233,7 +233,9 @@ func (b *browser) event(m cdpMessage) {
 		b.requests = append(b.requests, p.Request.URL)
 		b.mu.Unlock()
 	case "Log.entryAdded":
-		var p struct{ Entry struct{ Level, Source, Text, URL string } }
+		var p struct {
+			Entry struct{ Level, Source, Text, URL string }
+		}
 		_ = json.Unmarshal(m.Params, &p)
 		if p.Entry.Level == "error" {
 			b.problem(fmt.Sprintf("%s error: %s (%s)", p.Entry.Source, p.Entry.Text, p.Entry.URL))
@@ -384,4 +386,3 @@ func operationsByTag(doc *huma.OpenAPI) map[string][]*huma.Operation {
 	}
 	return out
 }
-

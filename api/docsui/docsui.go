@@ -3,9 +3,12 @@
 // cannot reach a public CDN.
 //
 // The Elements files in elements/ come from the npm registry, pinned to one version
-// (elements/VERSION, elements/SOURCE); `make docs-assets` re-fetches them. Every
-// asset is served under a path that contains a hash of its content, so it can be
-// cached for a year; the page names those paths and is revalidated on each visit.
+// (elements/VERSION, elements/SOURCE); `make docs-assets` re-fetches them. They
+// are served together, licenses included, under
+// /docs/assets/elements-<version>-<hash of the files>/, and the page's own
+// stylesheet under /docs/assets/<its hash>/: a path changes with the content, so
+// assets are cached for a year as immutable; the page names those paths and is
+// revalidated on each visit.
 package docsui
 
 import (
@@ -25,11 +28,16 @@ import (
 )
 
 //go:embed elements/web-components.min.js elements/styles.min.css elements/VERSION
+//go:embed elements/LICENSE elements/web-components.min.js.LICENSE.txt
 //go:embed page.html page.css
 var files embed.FS
 
 // ElementsVersion is the embedded version of @stoplight/elements.
 var ElementsVersion = strings.TrimSpace(string(mustRead("elements/VERSION")))
+
+// elementsFiles are the Elements files served; the bundle's own comment points at
+// its LICENSE.txt beside it, so they share one directory.
+var elementsFiles = []string{"web-components.min.js", "styles.min.css", "LICENSE", "web-components.min.js.LICENSE.txt"}
 
 // contentSecurityPolicy names everything the page may do: its scripts and styles
 // come from this origin only, it may fetch the OpenAPI document and send "try it"
@@ -63,20 +71,34 @@ type asset struct {
 	gzipped  []byte
 }
 
-func newAsset(prefix, file string) *asset {
+func newAsset(dir, file string) *asset {
 	body := mustRead(file)
 	sum := sha256.Sum256(body)
 	name := path.Base(file)
+	contentType := mime.TypeByExtension(path.Ext(name))
+	if contentType == "" {
+		contentType = "text/plain; charset=utf-8" // LICENSE
+	}
 	return &asset{
 		name:        name,
 		body:        body,
-		contentType: mime.TypeByExtension(path.Ext(name)),
+		contentType: contentType,
 		etag:        `"` + hex.EncodeToString(sum[:16]) + `"`,
 		integrity:   "sha256-" + base64.StdEncoding.EncodeToString(sum[:]),
-		// The hash in the path is what makes "immutable" true: another
-		// version of the file gets another URL.
-		urlPath: prefix + "/assets/" + hex.EncodeToString(sum[:6]) + "/" + name,
+		urlPath:     dir + "/" + name,
 	}
+}
+
+// contentHash is a short hash of files' names and contents: the part of an asset
+// directory's name that makes "immutable" true.
+func contentHash(files ...string) string {
+	h := sha256.New()
+	for _, f := range files {
+		body := mustRead(f)
+		h.Write([]byte(f + "\x00" + strconv.Itoa(len(body)) + "\x00"))
+		h.Write(body)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:6])
 }
 
 // Options configure the page.
@@ -94,13 +116,19 @@ type Options struct {
 // routes are exact paths, so any other path under Path is left to the mux's
 // fallback (the API's enveloped 404).
 func Register(mux *http.ServeMux, opts Options) {
-	script := newAsset(opts.Path, "elements/web-components.min.js")
-	styles := newAsset(opts.Path, "elements/styles.min.css")
-	own := newAsset(opts.Path, "page.css")
-	page := renderPage(opts, script, styles, own)
+	var paths []string
+	for _, f := range elementsFiles {
+		paths = append(paths, "elements/"+f)
+	}
+	elementsDir := opts.Path + "/assets/elements-" + ElementsVersion + "-" + contentHash(paths...)
+	assets := map[string]*asset{}
+	for _, p := range paths {
+		assets[p] = newAsset(elementsDir, p)
+	}
+	assets["page.css"] = newAsset(opts.Path+"/assets/"+contentHash("page.css"), "page.css")
 
-	mux.Handle("GET "+opts.Path, page)
-	for _, a := range []*asset{script, styles, own} {
+	mux.Handle("GET "+opts.Path, renderPage(opts, assets["elements/web-components.min.js"], assets["elements/styles.min.css"], assets["page.css"]))
+	for _, a := range assets {
 		mux.Handle("GET "+a.urlPath, a)
 	}
 }
