@@ -4,7 +4,6 @@ package api_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +18,8 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/mailyard/mailyard/internal/testenv"
 )
 
 // TestDocsRenderOfflineInChromium opens /docs of a running API server in headless
@@ -120,7 +121,7 @@ func findChromium(t *testing.T) string {
 type browser struct {
 	t       *testing.T
 	ctx     context.Context
-	stderr  *bytes.Buffer
+	stderr  *testenv.SyncBuffer
 	session string // the page's DevTools session
 
 	writeMu sync.Mutex
@@ -165,7 +166,7 @@ func startChromium(t *testing.T, chromium string) *browser {
 		"--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 		"--remote-debugging-pipe", "about:blank")
 	cmd.ExtraFiles = []*os.File{toChromeR, fromChromeW}
-	b := &browser{t: t, ctx: ctx, stderr: &bytes.Buffer{}, toPipe: toChromeW, pending: map[int]chan cdpMessage{}}
+	b := &browser{t: t, ctx: ctx, stderr: &testenv.SyncBuffer{}, toPipe: toChromeW, pending: map[int]chan cdpMessage{}}
 	cmd.Stderr = b.stderr
 	// Chromium starts helper processes: end the whole group when done.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
