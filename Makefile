@@ -4,8 +4,10 @@ GO            ?= go
 TEMPORAL_CLI  := bin/temporal
 # The Temporal CLI (with the real dev server and its UI) from the Go module proxy.
 TEMPORAL_VER  := v1.5.1
+# The API reference UI at /docs (Stoplight Elements), embedded from api/docsui/elements.
+ELEMENTS_VER  := 9.0.25
 
-.PHONY: run test lint bench build migrate temporal clean
+.PHONY: run test lint bench build migrate temporal clean docs-assets
 
 run: $(TEMPORAL_CLI) build
 	bin/mailyard dev
@@ -31,6 +33,11 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	$(GO) run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 ./workflows/...
+
+# Re-fetches the embedded docs UI from the npm registry for ELEMENTS_VER; commit the
+# result. Only needed to change the version: the files are in the repository.
+docs-assets:
+	api/docsui/fetch-assets.sh $(ELEMENTS_VER)
 
 bench: $(TEMPORAL_CLI)
 	$(GO) run ./internal/bench

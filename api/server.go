@@ -13,6 +13,7 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"go.temporal.io/sdk/client"
 
+	"github.com/mailyard/mailyard/api/docsui"
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/platformevents"
@@ -93,6 +94,8 @@ func New(d Deps) *Server {
 	s.registerCredentials()
 	s.registerWebhooks()
 	documentResponseHeaders(s.api.OpenAPI())
+	// The reference UI from the binary (Huma's own /docs loads it from a CDN).
+	docsui.Register(mux, docsui.Options{Path: "/docs", Title: "Mailyard API Reference", OpenAPIURL: "/openapi.json"})
 
 	s.handler = withRequestID(d.Logger, withEnvelopedFallbacks(mux))
 	return s
@@ -121,11 +124,13 @@ func (s *Server) Run(ctx context.Context) {
 }
 
 // humaConfig is the configuration both listeners share: no $schema links in
-// bodies (the envelope is the whole contract) and a bearer security scheme.
+// bodies (the envelope is the whole contract), a bearer security scheme, and no
+// Huma docs page (it loads its renderer from a CDN; package docsui serves ours).
 func humaConfig(title, description, bearerDoc string) huma.Config {
 	cfg := huma.DefaultConfig(title, "1.0.0")
 	cfg.Info.Description = description
 	cfg.CreateHooks = nil
+	cfg.DocsPath = ""
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		bearerScheme: {Type: "http", Scheme: "bearer", Description: bearerDoc},
 	}
