@@ -5,13 +5,16 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/mailyard/mailyard/internal/testenv"
 )
+
+const testZone = "dkim.mailyard.test"
 
 // dkimValue returns a TXT value the size of a 2048-bit RSA DKIM key: the
 // SubjectPublicKeyInfo is 294 bytes, 392 characters in base64.
@@ -25,11 +28,11 @@ func dkimValue(t *testing.T) string {
 }
 
 func TestRFC2136AgainstBIND(t *testing.T) {
-	bind := startBIND(t)
+	bind := testenv.StartBIND(t, testZone)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	pub, err := NewRFC2136(bind.addr, bind.updateKey, testZone)
+	pub, err := NewRFC2136(bind.Addr, bind.UpdateKey, testZone)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,14 +41,14 @@ func TestRFC2136AgainstBIND(t *testing.T) {
 	if err := pub.Publish(ctx, []Record{{Name: key1, Value: long}, {Name: key2, Value: "v=DKIM1; k=rsa; p=short"}}); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
-	txt := queryTXT(t, bind.addr, key1)
+	txt := queryTXT(t, bind.Addr, key1)
 	if len(txt) != 1 || TXTValue(txt[0].Txt) != long {
 		t.Fatalf("TXT %s = %v, want one record with the DKIM value", key1, txt)
 	}
 	if len(txt[0].Txt) != 2 {
 		t.Errorf("the DKIM value is stored as %d character-strings, want 2", len(txt[0].Txt))
 	}
-	if got := queryTXT(t, bind.addr, "abc-2."+testZone); len(got) != 1 || TXTValue(got[0].Txt) != "v=DKIM1; k=rsa; p=short" {
+	if got := queryTXT(t, bind.Addr, "abc-2."+testZone); len(got) != 1 || TXTValue(got[0].Txt) != "v=DKIM1; k=rsa; p=short" {
 		t.Fatalf("TXT abc-2 = %v", got)
 	}
 
@@ -53,7 +56,7 @@ func TestRFC2136AgainstBIND(t *testing.T) {
 	if err := pub.Publish(ctx, []Record{{Name: key1, Value: long}}); err != nil {
 		t.Fatalf("Publish again: %v", err)
 	}
-	if got := queryTXT(t, bind.addr, key1); len(got) != 1 {
+	if got := queryTXT(t, bind.Addr, key1); len(got) != 1 {
 		t.Fatalf("after publishing again there are %d records, want 1", len(got))
 	}
 
@@ -62,7 +65,7 @@ func TestRFC2136AgainstBIND(t *testing.T) {
 	if err := pub.Publish(ctx, []Record{{Name: key1, Value: replacement}}); err != nil {
 		t.Fatalf("Publish replacement: %v", err)
 	}
-	if got := queryTXT(t, bind.addr, key1); len(got) != 1 || TXTValue(got[0].Txt) != replacement {
+	if got := queryTXT(t, bind.Addr, key1); len(got) != 1 || TXTValue(got[0].Txt) != replacement {
 		t.Fatalf("after replacement TXT = %v, want only the new value", got)
 	}
 
@@ -70,7 +73,7 @@ func TestRFC2136AgainstBIND(t *testing.T) {
 		t.Fatalf("Unpublish: %v", err)
 	}
 	for _, name := range []string{key1, "abc-2." + testZone} {
-		if rcode := queryRcode(t, bind.addr, name); rcode != dns.RcodeNameError {
+		if rcode := queryRcode(t, bind.Addr, name); rcode != dns.RcodeNameError {
 			t.Errorf("after Unpublish %s answers %s, want NXDOMAIN", name, dns.RcodeToString[rcode])
 		}
 	}
@@ -81,7 +84,7 @@ func TestRFC2136AgainstBIND(t *testing.T) {
 }
 
 func TestRFC2136RejectedUpdatesAgainstBIND(t *testing.T) {
-	bind := startBIND(t)
+	bind := testenv.StartBIND(t, testZone)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	record := []Record{{Name: "rejected-1." + testZone, Value: "v=DKIM1; p=x"}}
@@ -94,26 +97,26 @@ func TestRFC2136RejectedUpdatesAgainstBIND(t *testing.T) {
 	}{
 		{
 			name:      "wrong secret",
-			tsig:      "mailyard-update:hmac-sha256:" + randomSecret(t),
+			tsig:      "mailyard-update:hmac-sha256:" + testenv.RandomSecret(t),
 			wantRcode: dns.RcodeNotAuth,
 			wantText:  []string{"NOTAUTH", "BADSIG", "check the TSIG secret"},
 		},
 		{
 			name:      "unknown key",
-			tsig:      "nobody:hmac-sha256:" + randomSecret(t),
+			tsig:      "nobody:hmac-sha256:" + testenv.RandomSecret(t),
 			wantRcode: dns.RcodeNotAuth,
 			wantText:  []string{"NOTAUTH", "BADKEY"},
 		},
 		{
 			name:      "key without update rights",
-			tsig:      bind.otherKey,
+			tsig:      bind.OtherKey,
 			wantRcode: dns.RcodeRefused,
 			wantText:  []string{"REFUSED", "allow-update"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			pub, err := NewRFC2136(bind.addr, tt.tsig, testZone)
+			pub, err := NewRFC2136(bind.Addr, tt.tsig, testZone)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,15 +136,15 @@ func TestRFC2136RejectedUpdatesAgainstBIND(t *testing.T) {
 			}
 		})
 	}
-	if rcode := queryRcode(t, bind.addr, record[0].Name); rcode != dns.RcodeNameError {
+	if rcode := queryRcode(t, bind.Addr, record[0].Name); rcode != dns.RcodeNameError {
 		t.Errorf("a rejected update changed the zone: %s answers %s", record[0].Name, dns.RcodeToString[rcode])
 	}
 }
 
 func TestRFC2136UnreachableServer(t *testing.T) {
 	// A listener that is closed at once: connections are refused.
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t))
-	pub, err := NewRFC2136(addr, "k:hmac-sha256:"+randomSecret(t), testZone)
+	addr := testenv.FreeAddr(t)
+	pub, err := NewRFC2136(addr, "k:hmac-sha256:"+testenv.RandomSecret(t), testZone)
 	if err != nil {
 		t.Fatal(err)
 	}
