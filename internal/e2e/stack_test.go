@@ -37,7 +37,9 @@ type stack struct {
 
 func startStack(t *testing.T, extraEnv ...string) *stack {
 	t.Helper()
-	s := &stack{t: t, customer: testenv.StartDNSZone(t), temporal: testenv.Temporal(t), databaseURL: testenv.PostgresURL(t)}
+	// Its own Temporal server: the rotation workflows a test leaves running must
+	// not be joined by the next test's domain with the same id.
+	s := &stack{t: t, customer: testenv.StartDNSZone(t), temporal: testenv.OwnTemporal(t), databaseURL: testenv.PostgresURL(t)}
 	httpAddr := testenv.FreeAddr(t)
 	s.dnsAddr = testenv.FreeAddr(t)
 	s.apiURL = "http://" + httpAddr

@@ -102,6 +102,20 @@ func Temporal(t testing.TB) string {
 	return temporalSrv.Address
 }
 
+// OwnTemporal starts a Temporal dev server for this test alone and stops it when
+// the test ends. Tests whose databases start ids at 1 need it when their
+// workflows outlive them: workflow ids are business keys (domain-onboarding:1),
+// and a long-running workflow left by one test would be joined by the next.
+func OwnTemporal(t testing.TB) string {
+	t.Helper()
+	srv, err := temporaldev.Start(context.Background(), temporaldev.Options{Headless: true})
+	if err != nil {
+		t.Fatalf("Temporal dev server: %v", err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv.Address
+}
+
 // StopTemporal ends the shared dev server, if one was started.
 func StopTemporal() {
 	if temporalSrv != nil {
