@@ -110,8 +110,8 @@ func (s *Server) registerWebhookDeliveries() {
 // errSeriesRunning answers a retry while the previous series still runs.
 var errSeriesRunning = NewAPIError(http.StatusConflict, CodeConflict, "this delivery is still being attempted; retry it once its current attempts have finished")
 
-// errWebhookDisabled refuses to send to a webhook whose receiver said 410.
-var errWebhookDisabled = NewAPIError(http.StatusConflict, CodeConflict, "this webhook is disabled because its receiver answered 410 Gone; create a new webhook to receive events again")
+// errWebhookDisabled refuses to send to a disabled webhook.
+var errWebhookDisabled = NewAPIError(http.StatusConflict, CodeConflict, "this webhook is disabled (see its disabled_reason); enable it with PATCH /api/v1/webhooks/{id} and status enabled")
 
 // sampleEvent is what a test delivery carries: recognisable, and no one's
 // personal data.

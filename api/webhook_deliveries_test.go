@@ -147,11 +147,19 @@ func TestGoneDisablesWebhook(t *testing.T) {
 		t.Fatalf("attempts %v", attempts)
 	}
 	w := h.do("GET", fmt.Sprintf("/api/v1/webhooks/%d", id), h.adminKey, nil).data(t, 200)["webhook"].(map[string]any)
-	if w["status"] != "disabled" {
+	if w["status"] != "disabled" || w["disabled_reason"] != "receiver_gone" || w["disabled_at"] == nil {
 		t.Fatalf("webhook after 410: %v", w)
 	}
 	h.do("POST", fmt.Sprintf("/api/v1/webhooks/%d/test", id), h.adminKey, nil).expectError(t, 409, "conflict")
 	h.do("POST", fmt.Sprintf("/api/v1/webhooks/%d/deliveries/%s/retry", id, dID), h.adminKey, nil).expectError(t, 409, "conflict")
+
+	// Enabled again, the same webhook (same secret, same log) receives.
+	rcv.expect("/gone", secret, 200)
+	w = h.do("PATCH", fmt.Sprintf("/api/v1/webhooks/%d", id), h.adminKey, map[string]any{"status": "enabled"}).data(t, 200)["webhook"].(map[string]any)
+	if w["status"] != "enabled" || w["disabled_reason"] != nil || w["disabled_at"] != nil {
+		t.Fatalf("enabled: %v", w)
+	}
+	h.waitStatus(id, h.sendTest(id, nil), "delivered")
 }
 
 func TestDeleteStopsPendingDeliveries(t *testing.T) {

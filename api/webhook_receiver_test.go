@@ -140,6 +140,7 @@ func (h *harness) startDeliveryWorker(rcv *receiver) {
 	worker.RegisterWebhooks(w, &activities.Webhooks{
 		Store: h.store, Box: box,
 		Client: webhook.NewClient(webhook.Policy{AllowPrivateNetworks: true}, webhook.WithRootCAs(rcv.pool)),
+		Events: worker.NewEmitter(h.store, h.temporal, discardLogger()),
 	})
 	if err := w.Start(); err != nil {
 		h.t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/mailyard/mailyard/internal/eventtype"
+	"github.com/mailyard/mailyard/internal/platformevents"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/webhook"
 )
@@ -28,11 +29,17 @@ type Webhook struct {
 	URL        string           `json:"url" example:"https://hooks.example.com/mailyard"`
 	EventTypes []eventtype.Type `json:"event_types" example:"[\"delivered\",\"bounced\"]"`
 	CreatedAt  time.Time        `json:"created_at"`
-	Status     string           `json:"status" enum:"enabled,disabled" doc:"disabled: the receiver answered 410 Gone; nothing is sent any more."`
+	Status     string           `json:"status" enum:"enabled,disabled" doc:"disabled: nothing is sent until the webhook is enabled again (Update webhook)."`
+	// The enum tag lists the non-null values; null means enabled.
+	DisabledReason *string    `json:"disabled_reason" nullable:"true" enum:"manual,receiver_gone,failing" doc:"Why the webhook is disabled: manual (Update webhook), receiver_gone (the receiver answered 410 Gone), failing (no 2xx answer for MAILYARD_WEBHOOK_DISABLE_AFTER when a delivery ran out of retries). null while enabled."`
+	DisabledAt     *time.Time `json:"disabled_at" nullable:"true"`
 }
 
 func webhookFromStore(w *store.Webhook) Webhook {
-	return Webhook{ID: w.ID, URL: w.URL, EventTypes: eventtype.FromStrings(w.EventTypes), CreatedAt: w.CreatedAt.UTC(), Status: w.Status}
+	return Webhook{
+		ID: w.ID, URL: w.URL, EventTypes: eventtype.FromStrings(w.EventTypes), CreatedAt: w.CreatedAt.UTC(), Status: w.Status,
+		DisabledReason: w.DisabledReason, DisabledAt: utc(w.DisabledAt),
+	}
 }
 
 // CreateWebhookInput is the body of Create webhook.
@@ -40,6 +47,16 @@ type CreateWebhookInput struct {
 	Body struct {
 		URL        string           `json:"url" doc:"https:// URL that receives the events, at most 2048 characters." example:"https://hooks.example.com/mailyard"`
 		EventTypes []eventtype.Type `json:"event_types" minItems:"1" uniqueItems:"true" doc:"Events to receive: email events and platform events (domain.*, webhook.disabled)."`
+	}
+}
+
+// UpdateWebhookInput changes any of a webhook's URL, event types and status.
+type UpdateWebhookInput struct {
+	ID   int64 `path:"id" doc:"Webhook id."`
+	Body struct {
+		URL        *string          `json:"url,omitempty" doc:"New https:// URL, validated like on create."`
+		EventTypes []eventtype.Type `json:"event_types,omitempty" minItems:"1" uniqueItems:"true" doc:"New event types, replacing the old ones."`
+		Status     *string          `json:"status,omitempty" enum:"enabled,disabled" doc:"enabled clears disabled_reason and restarts the failure clock; disabled (reason manual) stops pending deliveries like a delete."`
 	}
 }
 
@@ -87,6 +104,12 @@ func (s *Server) registerWebhooks() {
 		OperationID: "get-webhook", Method: http.MethodGet, Path: "/api/v1/webhooks/{id}",
 		Summary: "Get webhook", Tags: tags, Errors: []int{http.StatusNotFound},
 	}, s.getWebhook)
+	register(s, huma.Operation{
+		OperationID: "update-webhook", Method: http.MethodPatch, Path: "/api/v1/webhooks/{id}",
+		Summary: "Update webhook", Tags: tags,
+		Description: "Changes any of url, event_types and status. Disabling emits webhook.disabled to the organization's other webhooks that subscribe to it.",
+		Errors:      []int{http.StatusNotFound, http.StatusUnprocessableEntity, http.StatusBadRequest},
+	}, s.updateWebhook)
 	register(s, huma.Operation{
 		OperationID: "delete-webhook", Method: http.MethodDelete, Path: "/api/v1/webhooks/{id}",
 		Summary: "Delete webhook", Tags: tags, Errors: []int{http.StatusNotFound},
@@ -185,4 +208,41 @@ func (s *Server) getWebhookSecret(ctx context.Context, in *WebhookIDInput) (*Res
 		return nil, fmt.Errorf("open signing secret of webhook %d: %w", w.ID, err)
 	}
 	return respond(SigningSecretData{WebhookID: w.ID, SigningSecret: string(secret)}), nil
+}
+
+func (s *Server) updateWebhook(ctx context.Context, in *UpdateWebhookInput) (*Response[WebhookData], error) {
+	b := in.Body
+	if b.URL != nil {
+		if err := webhook.ValidateURL(*b.URL, s.webhookPolicy()); err != nil {
+			return nil, fieldError("body.url", err.Error())
+		}
+	}
+	patch := store.WebhookPatch{URL: b.URL, Status: b.Status}
+	if b.EventTypes != nil {
+		patch.EventTypes = eventtype.Strings(b.EventTypes)
+	}
+	var announce []string
+	w, stopped, disabled, err := s.store.UpdateWebhook(ctx, principalFrom(ctx).OrganizationID, in.ID, patch, s.platform.StageDisable(&announce))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFoundError("webhook")
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.deliveries.CancelInBackground(stopped)
+	if !disabled && w.Status == store.WebhookDisabled && b.Status != nil && *b.Status == store.WebhookDisabled {
+		// Disabled already: asking again re-announces the latest disable,
+		// which starts only what an earlier failure left unstarted.
+		if w.DisableCount > 0 {
+			err = s.platform.Emit(ctx, platformevents.WebhookDisabled(w))
+		}
+	} else {
+		err = s.platform.Start(ctx, announce)
+	}
+	if err != nil {
+		s.logger.WarnContext(ctx, "webhook.disabled stored but not scheduled", "request_id", RequestID(ctx), "webhook_id", w.ID, "error", err)
+		return nil, NewAPIError(http.StatusServiceUnavailable, CodeUnavailable,
+			"the webhook is disabled, but its webhook.disabled event could not be scheduled; send the same request again")
+	}
+	return respond(WebhookData{Webhook: webhookFromStore(w)}), nil
 }

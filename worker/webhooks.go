@@ -20,7 +20,7 @@ func newWebhookWorker(d Deps) (sdkworker.Worker, error) {
 		})
 	}
 	w := sdkworker.New(d.Client, delivery.TaskQueue, sdkworker.Options{})
-	RegisterWebhooks(w, &activities.Webhooks{Store: d.Store, Box: d.Box, Client: client, Events: d.Events})
+	RegisterWebhooks(w, &activities.Webhooks{Store: d.Store, Box: d.Box, Client: client, Events: d.Events, DisableAfter: d.Config.WebhookDisableAfter})
 	return w, nil
 }
 

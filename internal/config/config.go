@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/mailyard/mailyard/workflows/onboarding"
 )
@@ -38,11 +39,17 @@ type Config struct {
 
 	WebhookAllowPrivateNetworks bool
 	WebhookAllowHTTP            bool
+	// WebhookDisableAfter disables a webhook (reason failing) whose
+	// delivery runs out of its schedule after this long without a 2xx.
+	WebhookDisableAfter time.Duration
 
 	// VerifySchedule is how often the onboarding workflow checks DNS; empty means
 	// the default of PRODUCT.md §4.
 	VerifySchedule []onboarding.Step
 }
+
+// DefaultWebhookDisableAfter is 5 days without a 2xx answer.
+const DefaultWebhookDisableAfter = 120 * time.Hour
 
 // RFC2136 names the primary server and TSIG key for dynamic updates.
 type RFC2136 struct {
@@ -108,6 +115,15 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 		DNSResolver:                 str("MAILYARD_DNS_RESOLVER", ""),
 		WebhookAllowPrivateNetworks: boolean("MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS", false),
 		WebhookAllowHTTP:            boolean("MAILYARD_WEBHOOK_ALLOW_HTTP", false),
+	}
+
+	c.WebhookDisableAfter = DefaultWebhookDisableAfter
+	if raw := str("MAILYARD_WEBHOOK_DISABLE_AFTER", ""); raw != "" {
+		d, err := time.ParseDuration(raw)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("MAILYARD_WEBHOOK_DISABLE_AFTER: %q is not a positive Go duration (e.g. 120h, 30s)", raw))
+		}
+		c.WebhookDisableAfter = d
 	}
 
 	if raw := str("MAILYARD_VERIFY_SCHEDULE", ""); raw != "" {

@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func env(m map[string]string) Getenv { return func(k string) string { return m[k] } }
@@ -65,6 +66,23 @@ func TestStringMasksSecrets(t *testing.T) {
 	for _, secret := range []string{"hunter2", "tok-secret", "AAECAw"} {
 		if strings.Contains(s, secret) {
 			t.Fatalf("%q printed: %s", secret, s)
+		}
+	}
+}
+
+func TestWebhookDisableAfter(t *testing.T) {
+	c, err := LoadFrom(env(nil), Need{})
+	if err != nil || c.WebhookDisableAfter != 120*time.Hour {
+		t.Fatalf("default %v %v", c, err)
+	}
+	c, err = LoadFrom(env(map[string]string{"MAILYARD_WEBHOOK_DISABLE_AFTER": "30s"}), Need{})
+	if err != nil || c.WebhookDisableAfter != 30*time.Second {
+		t.Fatalf("30s: %v", err)
+	}
+	for _, bad := range []string{"5 days", "-1h", "0s"} {
+		_, err := LoadFrom(env(map[string]string{"MAILYARD_WEBHOOK_DISABLE_AFTER": bad}), Need{})
+		if err == nil || !strings.HasPrefix(err.Error(), "MAILYARD_WEBHOOK_DISABLE_AFTER:") {
+			t.Errorf("%q: %v", bad, err)
 		}
 	}
 }
