@@ -225,3 +225,31 @@ func TestDeliveriesPagination(t *testing.T) {
 	h.do("GET", fmt.Sprintf("/api/v1/webhooks/%d/deliveries?cursor=zzz", id), h.adminKey, nil).expectError(t, 422, "validation_failed")
 	h.do("GET", fmt.Sprintf("/api/v1/webhooks/%d/deliveries?limit=101", id), h.adminKey, nil).expectError(t, 422, "validation_failed")
 }
+
+// A retry sent the moment the log turns final always starts a new series,
+// even while the previous run is still finishing; 409 only while the log
+// says pending.
+func TestRetryRightAfterTheLogTurnsFinal(t *testing.T) {
+	h := newHarness(t)
+	rcv := newReceiver(t)
+	h.startDeliveryWorker(rcv)
+	id, secret := h.createWebhook(h.adminKey, rcv.URL+"/r", "delivered")
+	rcv.expect("/r", secret)
+	dID := h.sendTest(id, nil)
+	retry := fmt.Sprintf("/api/v1/webhooks/%d/deliveries/%s/retry", id, dID)
+	for round := 1; round <= 5; round++ {
+		testenv.Eventually(t, 30*time.Second, "delivered", func() bool {
+			d, err := h.store.DeliveryOfWebhook(t.Context(), id, dID)
+			return err == nil && d.Status == store.DeliveryDelivered
+		})
+		h.do("POST", retry, h.adminKey, nil).data(t, 200)
+		// Pending now: a second retry is refused until the series ends.
+		if d, _ := h.store.DeliveryOfWebhook(t.Context(), id, dID); d.Status == store.DeliveryPending {
+			if r := h.do("POST", retry, h.adminKey, nil); r.Status != 409 && r.Status != 200 {
+				t.Fatalf("retry of a pending delivery answered %d", r.Status)
+			}
+		}
+		rcv.waitFor(t, dID, round+1)
+	}
+	h.waitStatus(id, dID, "delivered")
+}

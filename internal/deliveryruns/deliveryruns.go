@@ -68,9 +68,26 @@ func (r *Runs) StartFirst(ctx context.Context, ids []string) error {
 // ErrSeriesRunning refuses a new series while the previous one still runs.
 var ErrSeriesRunning = errors.New("the delivery's attempt series is still running")
 
-// StartAgain starts a new attempt series for a delivery whose previous one
-// has closed (a run with the same id is refused with ErrSeriesRunning).
+// StartAgain starts a new attempt series for a delivery that the caller has
+// just moved from final (delivered or failed) to pending. A run still open
+// under the delivery's workflow id is one that is only finishing: it has
+// already recorded the final status the caller read, and will make no more
+// attempts. It is terminated and replaced, so a retry right after the log
+// turns final always starts a new series instead of racing the old run's
+// last workflow task.
 func (r *Runs) StartAgain(ctx context.Context, id string) error {
+	opts := r.options(id)
+	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING
+	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
+	_, err := r.Temporal.ExecuteWorkflow(ctx, opts, delivery.WorkflowName, r.input(id))
+	return err
+}
+
+// StartIfIdle starts a series for a pending delivery only if no run is open
+// under its workflow id (ErrSeriesRunning otherwise): it gives a series to a
+// delivery whose first start failed, and never a second one to a delivery
+// whose series runs.
+func (r *Runs) StartIfIdle(ctx context.Context, id string) error {
 	opts := r.options(id)
 	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
 	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE

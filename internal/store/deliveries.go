@@ -166,13 +166,19 @@ func finishDelivery(ctx context.Context, db bun.IDB, id, status string, at time.
 	return err
 }
 
-// ReopenDelivery makes a delivery pending again for a new attempt series.
-func (s *Store) ReopenDelivery(ctx context.Context, id string) error {
-	_, err := s.DB.NewUpdate().Model((*Delivery)(nil)).
+// ReopenDelivery makes a final (delivered or failed) delivery pending again
+// for a new attempt series. It reports false, changing nothing, for a
+// delivery that is pending already: of two concurrent retries one reopens.
+func (s *Store) ReopenDelivery(ctx context.Context, id string) (bool, error) {
+	res, err := s.DB.NewUpdate().Model((*Delivery)(nil)).
 		Set("status = ?", DeliveryPending).Set("finished_at = NULL").
-		Where("id = ?", id).
+		Where("id = ?", id).Where("status IN (?)", bun.In([]string{DeliveryDelivered, DeliveryFailed})).
 		Exec(ctx)
-	return err
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 // DeliveryOfWebhook reads a delivery (without its body) only if it belongs to

@@ -169,8 +169,11 @@ func TestIngestFansOutOnceAndAttemptsFinishDeliveries(t *testing.T) {
 		if err != nil || len(none) != 0 {
 			t.Fatalf("ingest to a disabled webhook: %+v %v", none, err)
 		}
-		if err := st.ReopenDelivery(ctx, id); err != nil {
-			t.Fatal(err)
+		if reopened, err := st.ReopenDelivery(ctx, id); err != nil || !reopened {
+			t.Fatal(reopened, err)
+		}
+		if reopened, err := st.ReopenDelivery(ctx, id); err != nil || reopened {
+			t.Fatal("a pending delivery reopened again", err)
 		}
 		if d, err := st.DeliveryOfWebhook(ctx, w.ID, id); err != nil || d.Status != store.DeliveryPending || d.FinishedAt != nil {
 			t.Fatalf("reopened %+v %v", d, err)
