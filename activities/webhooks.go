@@ -66,9 +66,14 @@ func (a *Webhooks) Attempt(ctx context.Context, in delivery.AttemptInput) (deliv
 			"SecretUnreadable", nil)
 	}
 
+	previous, err := a.previousSecrets(ctx, w.ID)
+	if err != nil {
+		return delivery.AttemptResult{}, err
+	}
+
 	started := time.Now()
 	out := webhook.Send(ctx, a.Client, webhook.Delivery{
-		URL: w.URL, Secret: string(secret), ID: d.ID, EventType: d.EventType, Body: d.Body, AttemptTime: started,
+		URL: w.URL, Secret: string(secret), PreviousSecrets: previous, ID: d.ID, EventType: d.EventType, Body: d.Body, AttemptTime: started,
 	})
 	if err := ctx.Err(); err != nil {
 		// The worker is stopping or the workflow was cancelled: nothing to
@@ -144,4 +149,21 @@ func attemptRow(deliveryID string, started time.Time, out webhook.Outcome) *stor
 		row.Error = &msg
 	}
 	return row
+}
+
+// previousSecrets opens the webhook's unexpired previous secrets, newest
+// first. One that no longer opens (sealed under another key) is left out:
+// the current secret still signs.
+func (a *Webhooks) previousSecrets(ctx context.Context, webhookID int64) ([]string, error) {
+	rows, err := a.Store.PreviousSecrets(ctx, webhookID)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	out := make([]string, 0, len(rows))
+	for _, r := range rows {
+		if secret, err := a.Box.Open(r.SecretEnc, store.PreviousSecretBinding(r.ID)); err == nil {
+			out = append(out, string(secret))
+		}
+	}
+	return out, nil
 }

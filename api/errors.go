@@ -22,6 +22,7 @@ const (
 	CodeDomainExists      = "domain_exists"
 	CodeDomainNotVerified = "domain_not_verified"
 	CodeConflict          = "conflict"
+	CodeTooManySecrets    = "too_many_secrets"
 	CodeValidationFailed  = "validation_failed"
 	CodePayloadTooLarge   = "payload_too_large"
 	CodeUnavailable       = "unavailable"

@@ -60,6 +60,23 @@ type UpdateWebhookInput struct {
 	}
 }
 
+// MaxPreviousSecrets is how many replaced secrets may still be valid at once.
+const MaxPreviousSecrets = 5
+
+// RotateSecretInput sets how long the replaced secret stays valid.
+type RotateSecretInput struct {
+	ID   int64 `path:"id" doc:"Webhook id."`
+	Body *struct {
+		ExpirePreviousInSeconds *int `json:"expire_previous_in_seconds,omitempty" minimum:"0" maximum:"604800" default:"86400" doc:"How long the replaced secret keeps signing (0: at once, ending every overlap)."`
+	}
+}
+
+// RotatedSecretData is the data of Rotate signing secret.
+type RotatedSecretData struct {
+	SigningSecret           string    `json:"signing_secret" example:"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"`
+	PreviousSecretExpiresAt time.Time `json:"previous_secret_expires_at" doc:"When the replaced secret stops signing; X-Service-Signature switches to the new secret then."`
+}
+
 // CreateWebhookData is the data of Create webhook: the secret is shown beside
 // the webhook, and again by Get signing secret.
 type CreateWebhookData struct {
@@ -104,6 +121,14 @@ func (s *Server) registerWebhooks() {
 		OperationID: "get-webhook", Method: http.MethodGet, Path: "/api/v1/webhooks/{id}",
 		Summary: "Get webhook", Tags: tags, Errors: []int{http.StatusNotFound},
 	}, s.getWebhook)
+	register(s, huma.Operation{
+		OperationID: "rotate-webhook-secret", Method: http.MethodPost, Path: "/api/v1/webhooks/{id}/secret/rotate",
+		Summary: "Rotate signing secret", Tags: tags,
+		Description: fmt.Sprintf("Replaces the signing secret. The replaced secret keeps signing beside the new one for expire_previous_in_seconds "+
+			"(webhook-signature carries one v1 signature per unexpired secret, newest first; X-Service-Signature is keyed with the oldest). "+
+			"0 ends every overlap at once. At most %d unexpired previous secrets (409 %s).", MaxPreviousSecrets, CodeTooManySecrets),
+		Errors: []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity, http.StatusBadRequest},
+	}, s.rotateWebhookSecret)
 	register(s, huma.Operation{
 		OperationID: "update-webhook", Method: http.MethodPatch, Path: "/api/v1/webhooks/{id}",
 		Summary: "Update webhook", Tags: tags,
@@ -245,4 +270,41 @@ func (s *Server) updateWebhook(ctx context.Context, in *UpdateWebhookInput) (*Re
 			"the webhook is disabled, but its webhook.disabled event could not be scheduled; send the same request again")
 	}
 	return respond(WebhookData{Webhook: webhookFromStore(w)}), nil
+}
+
+func (s *Server) rotateWebhookSecret(ctx context.Context, in *RotateSecretInput) (*Response[RotatedSecretData], error) {
+	expireIn := 86400
+	if in.Body != nil && in.Body.ExpirePreviousInSeconds != nil {
+		expireIn = *in.Body.ExpirePreviousInSeconds
+	}
+	box, err := s.secretBox()
+	if err != nil {
+		return nil, err
+	}
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		return nil, err
+	}
+	expires, err := s.store.RotateWebhookSecret(ctx, principalFrom(ctx).OrganizationID, in.ID, store.Rotation{
+		ExpireIn:    time.Duration(expireIn) * time.Second,
+		MaxPrevious: MaxPreviousSecrets,
+		Reseal: func(currentEnc []byte, prevID int64) ([]byte, error) {
+			current, err := box.Open(currentEnc, store.WebhookSecretBinding(in.ID))
+			if err != nil {
+				return nil, fmt.Errorf("open signing secret of webhook %d: %w", in.ID, err)
+			}
+			return box.Seal(current, store.PreviousSecretBinding(prevID))
+		},
+		SealNew: func(id int64) ([]byte, error) { return box.Seal([]byte(secret), store.WebhookSecretBinding(id)) },
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, notFoundError("webhook")
+	case errors.Is(err, store.ErrTooManySecrets):
+		return nil, NewAPIError(http.StatusConflict, CodeTooManySecrets,
+			fmt.Sprintf("this webhook already has %d previous secrets that have not expired; wait for one to expire, or rotate with expire_previous_in_seconds 0 to end every overlap", MaxPreviousSecrets))
+	case err != nil:
+		return nil, err
+	}
+	return respond(RotatedSecretData{SigningSecret: secret, PreviousSecretExpiresAt: expires.UTC()}), nil
 }
