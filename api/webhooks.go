@@ -145,6 +145,7 @@ func (s *Server) registerWebhooks() {
 		Summary: "Get signing secret", Tags: tags, Errors: []int{http.StatusNotFound},
 	}, s.getWebhookSecret)
 	s.registerWebhookDeliveries()
+	s.registerWebhookRecovery()
 }
 
 func (s *Server) webhookPolicy() webhook.Policy {
