@@ -17,6 +17,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/mailyard/mailyard/activities"
+	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/testenv"
 	"github.com/mailyard/mailyard/internal/webhook"
@@ -142,6 +143,7 @@ func (h *harness) startDeliveryWorker(rcv *receiver) {
 		Client: webhook.NewClient(webhook.Policy{AllowPrivateNetworks: true}, webhook.WithRootCAs(rcv.pool)),
 		Events: worker.NewEmitter(h.store, h.temporal, discardLogger()),
 	})
+	worker.RegisterRecovery(w, &activities.Recovery{Store: h.store, Runs: &deliveryruns.Runs{Temporal: h.temporal}})
 	if err := w.Start(); err != nil {
 		h.t.Fatal(err)
 	}
