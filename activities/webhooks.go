@@ -25,6 +25,10 @@ type Webhooks struct {
 	Client *http.Client
 	// Events emits webhook.disabled when an attempt disables a webhook.
 	Events *platformevents.Emitter
+	// DisableAfter disables a webhook (reason failing) when one of its
+	// deliveries runs out of its schedule and no attempt has had a 2xx
+	// answer for this long; zero never does.
+	DisableAfter time.Duration
 }
 
 // Attempt makes one delivery attempt: it loads the webhook, its secret and
@@ -42,6 +46,9 @@ func (a *Webhooks) Attempt(ctx context.Context, in delivery.AttemptInput) (deliv
 	// A deleted or disabled webhook is checked first: deleting one also
 	// fails its pending deliveries, and the series should end as "gone".
 	if w.Status != store.WebhookEnabled {
+		if err := a.announceDisable(ctx, w); err != nil {
+			return delivery.AttemptResult{}, err
+		}
 		return delivery.AttemptResult{Verdict: delivery.WebhookGone}, a.Store.FinishDelivery(ctx, d.ID, store.DeliveryFailed)
 	}
 	if d.Status != store.DeliveryPending {
@@ -59,9 +66,14 @@ func (a *Webhooks) Attempt(ctx context.Context, in delivery.AttemptInput) (deliv
 			"SecretUnreadable", nil)
 	}
 
+	previous, err := a.previousSecrets(ctx, w.ID)
+	if err != nil {
+		return delivery.AttemptResult{}, err
+	}
+
 	started := time.Now()
 	out := webhook.Send(ctx, a.Client, webhook.Delivery{
-		URL: w.URL, Secret: string(secret), ID: d.ID, EventType: d.EventType, Body: d.Body, AttemptTime: started,
+		URL: w.URL, Secret: string(secret), PreviousSecrets: previous, ID: d.ID, EventType: d.EventType, Body: d.Body, AttemptTime: started,
 	})
 	if err := ctx.Err(); err != nil {
 		// The worker is stopping or the workflow was cancelled: nothing to
@@ -69,10 +81,36 @@ func (a *Webhooks) Attempt(ctx context.Context, in delivery.AttemptInput) (deliv
 		return delivery.AttemptResult{}, err
 	}
 	result, effect := judge(out, in.Final)
-	if err := a.Store.RecordAttempt(ctx, attemptRow(d.ID, started, out), w.ID, effect); err != nil {
+	if in.Final && a.DisableAfter > 0 && result.Verdict == delivery.Retry {
+		effect.DisableIfUnhealthySince = started.Add(-a.DisableAfter)
+	}
+	var announce []string
+	var onDisable store.OnDisable
+	if a.Events != nil {
+		onDisable = a.Events.StageDisable(&announce)
+	}
+	if _, err := a.Store.RecordAttempt(ctx, attemptRow(d.ID, started, out), w.ID, effect, onDisable); err != nil {
 		return delivery.AttemptResult{}, err
 	}
+	if a.Events != nil {
+		// Should this fail, the retried activity finds the webhook disabled
+		// and announces the same disable again (announceDisable).
+		if err := a.Events.Start(ctx, announce); err != nil {
+			return delivery.AttemptResult{}, err
+		}
+	}
 	return result, nil
+}
+
+// announceDisable makes sure the webhook.disabled event of a disabled
+// webhook's latest disable has its delivery workflows started. The event was
+// stored with the disable; emitting it again creates nothing and only starts
+// workflows a crash left unstarted.
+func (a *Webhooks) announceDisable(ctx context.Context, w *store.Webhook) error {
+	if a.Events == nil || w.Status != store.WebhookDisabled || w.DisableCount == 0 {
+		return nil
+	}
+	return a.Events.Emit(ctx, platformevents.WebhookDisabled(w))
 }
 
 // judge maps an outcome to the workflow's verdict and to the change in the
@@ -82,10 +120,10 @@ func judge(out webhook.Outcome, final bool) (delivery.AttemptResult, store.Attem
 	switch out.Verdict {
 	case webhook.Success:
 		r.Verdict = delivery.Delivered
-		return r, store.AttemptEffect{Status: store.DeliveryDelivered}
+		return r, store.AttemptEffect{Status: store.DeliveryDelivered, Healthy: true}
 	case webhook.Gone:
 		r.Verdict = delivery.ReceiverGone
-		return r, store.AttemptEffect{Status: store.DeliveryFailed, DisableWebhook: true}
+		return r, store.AttemptEffect{Status: store.DeliveryFailed, Disable: store.DisabledReceiverGone}
 	}
 	r.Verdict, r.RetryAfter = delivery.Retry, out.RetryAfter
 	if final {
@@ -111,4 +149,21 @@ func attemptRow(deliveryID string, started time.Time, out webhook.Outcome) *stor
 		row.Error = &msg
 	}
 	return row
+}
+
+// previousSecrets opens the webhook's unexpired previous secrets, newest
+// first. One that no longer opens (sealed under another key) is left out:
+// the current secret still signs.
+func (a *Webhooks) previousSecrets(ctx context.Context, webhookID int64) ([]string, error) {
+	rows, err := a.Store.PreviousSecrets(ctx, webhookID)
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	out := make([]string, 0, len(rows))
+	for _, r := range rows {
+		if secret, err := a.Box.Open(r.SecretEnc, store.PreviousSecretBinding(r.ID)); err == nil {
+			out = append(out, string(secret))
+		}
+	}
+	return out, nil
 }

@@ -26,6 +26,7 @@ const (
 	CodeWebhookLimitReached   = "webhook_limit_reached"   // 409
 	CodeIdempotencyInProgress = "idempotency_in_progress" // 409
 	CodeRotationInProgress    = "rotation_in_progress"    // 409
+	CodeTooManySecrets        = "too_many_secrets"        // 409
 	CodePayloadTooLarge       = "payload_too_large"       // 413
 	CodeValidationFailed      = "validation_failed"       // 422
 	CodeIdempotencyKeyReused  = "idempotency_key_reused"  // 422

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
@@ -70,6 +71,15 @@ var requestBodies = map[string]struct {
 	}},
 	"POST /api/v1/webhooks": {body: func(func(string) string) any {
 		return map[string]any{"url": "https://intruder.example.org/hooks", "event_types": []string{"delivered"}}
+	}},
+	"PATCH /api/v1/webhooks/{id}": {body: func(func(string) string) any {
+		return map[string]any{"status": "disabled"}
+	}},
+	"POST /api/v1/webhooks/{id}/recover": {body: func(func(string) string) any {
+		return map[string]any{"since": time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)}
+	}},
+	"POST /api/v1/webhooks/{id}/secret/rotate": {body: func(func(string) string) any {
+		return map[string]any{"expire_previous_in_seconds": 0}
 	}},
 	"POST /api/v1/webhooks/{id}/test": {body: func(func(string) string) any {
 		return map[string]any{"event_type": "delivered"}

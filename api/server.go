@@ -117,10 +117,31 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
 
 // Run does the API's background work (recording key use, deleting expired
-// idempotency keys) until ctx ends.
+// idempotency keys, erasing expired previous signing secrets) until ctx ends.
 func (s *Server) Run(ctx context.Context) {
 	go s.sweepIdempotencyKeys(ctx)
+	go s.erasePreviousSecrets(ctx)
 	s.usage.Run(ctx)
+}
+
+// eraseEvery is how often expired previous signing secrets are erased.
+// Deliveries never use an expired one in between: they read only unexpired
+// ones.
+const eraseEvery = 30 * time.Second
+
+func (s *Server) erasePreviousSecrets(ctx context.Context) {
+	t := time.NewTicker(eraseEvery)
+	defer t.Stop()
+	for {
+		if _, err := s.store.ErasePreviousSecrets(ctx); err != nil && ctx.Err() == nil {
+			s.logger.Warn("erase expired previous signing secrets", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // humaConfig is the configuration both listeners share: no $schema links in

@@ -102,7 +102,7 @@ func (s *Server) registerWebhookDeliveries() {
 	register(s, huma.Operation{
 		OperationID: "retry-webhook-delivery", Method: http.MethodPost, Path: "/api/v1/webhooks/{id}/deliveries/{delivery_id}/retry",
 		Summary: "Retry delivery", Tags: tags,
-		Description: "Starts a new attempt series for the delivery, with the same id and body. 409 while its current series still runs.",
+		Description: "Starts a new attempt series for the delivery, with the same id and body, whenever its log says delivered or failed. 409 while it says pending and its series runs.",
 		Errors:      []int{http.StatusNotFound, http.StatusConflict},
 	}, s.retryDelivery)
 }
@@ -110,8 +110,8 @@ func (s *Server) registerWebhookDeliveries() {
 // errSeriesRunning answers a retry while the previous series still runs.
 var errSeriesRunning = NewAPIError(http.StatusConflict, CodeConflict, "this delivery is still being attempted; retry it once its current attempts have finished")
 
-// errWebhookDisabled refuses to send to a webhook whose receiver said 410.
-var errWebhookDisabled = NewAPIError(http.StatusConflict, CodeConflict, "this webhook is disabled because its receiver answered 410 Gone; create a new webhook to receive events again")
+// errWebhookDisabled refuses to send to a disabled webhook.
+var errWebhookDisabled = NewAPIError(http.StatusConflict, CodeConflict, "this webhook is disabled (see its disabled_reason); enable it with PATCH /api/v1/webhooks/{id} and status enabled")
 
 // sampleEvent is what a test delivery carries: recognisable, and no one's
 // personal data.
@@ -203,15 +203,23 @@ func (s *Server) retryDelivery(ctx context.Context, in *RetryDeliveryInput) (*Re
 	if w.Status != store.WebhookEnabled {
 		return nil, errWebhookDisabled
 	}
-	// Pending first: the new series' first attempt sends only to a pending
-	// delivery.
-	if err := s.store.ReopenDelivery(ctx, d.ID); err != nil {
+	// The log decides: a final delivery is reopened (pending first: the new
+	// series' first attempt sends only to a pending delivery) and gets a new
+	// series; a pending one gets a series only if none runs (its first start
+	// failed), else 409.
+	reopened, err := s.store.ReopenDelivery(ctx, d.ID)
+	if err != nil {
 		return nil, err
 	}
-	if err := s.deliveries.StartAgain(ctx, d.ID); err != nil {
-		if errors.Is(err, deliveryruns.ErrSeriesRunning) {
-			return nil, errSeriesRunning
-		}
+	if reopened {
+		err = s.deliveries.StartAgain(ctx, d.ID)
+	} else {
+		err = s.deliveries.StartIfIdle(ctx, d.ID)
+	}
+	if errors.Is(err, deliveryruns.ErrSeriesRunning) {
+		return nil, errSeriesRunning
+	}
+	if err != nil {
 		return nil, err
 	}
 	d.Status, d.FinishedAt = store.DeliveryPending, nil

@@ -147,11 +147,19 @@ func TestGoneDisablesWebhook(t *testing.T) {
 		t.Fatalf("attempts %v", attempts)
 	}
 	w := h.do("GET", fmt.Sprintf("/api/v1/webhooks/%d", id), h.adminKey, nil).data(t, 200)["webhook"].(map[string]any)
-	if w["status"] != "disabled" {
+	if w["status"] != "disabled" || w["disabled_reason"] != "receiver_gone" || w["disabled_at"] == nil {
 		t.Fatalf("webhook after 410: %v", w)
 	}
 	h.do("POST", fmt.Sprintf("/api/v1/webhooks/%d/test", id), h.adminKey, nil).expectError(t, 409, "conflict")
 	h.do("POST", fmt.Sprintf("/api/v1/webhooks/%d/deliveries/%s/retry", id, dID), h.adminKey, nil).expectError(t, 409, "conflict")
+
+	// Enabled again, the same webhook (same secret, same log) receives.
+	rcv.expect("/gone", secret, 200)
+	w = h.do("PATCH", fmt.Sprintf("/api/v1/webhooks/%d", id), h.adminKey, map[string]any{"status": "enabled"}).data(t, 200)["webhook"].(map[string]any)
+	if w["status"] != "enabled" || w["disabled_reason"] != nil || w["disabled_at"] != nil {
+		t.Fatalf("enabled: %v", w)
+	}
+	h.waitStatus(id, h.sendTest(id, nil), "delivered")
 }
 
 func TestDeleteStopsPendingDeliveries(t *testing.T) {
@@ -216,4 +224,32 @@ func TestDeliveriesPagination(t *testing.T) {
 	}
 	h.do("GET", fmt.Sprintf("/api/v1/webhooks/%d/deliveries?cursor=zzz", id), h.adminKey, nil).expectError(t, 422, "validation_failed")
 	h.do("GET", fmt.Sprintf("/api/v1/webhooks/%d/deliveries?limit=101", id), h.adminKey, nil).expectError(t, 422, "validation_failed")
+}
+
+// A retry sent the moment the log turns final always starts a new series,
+// even while the previous run is still finishing; 409 only while the log
+// says pending.
+func TestRetryRightAfterTheLogTurnsFinal(t *testing.T) {
+	h := newHarness(t)
+	rcv := newReceiver(t)
+	h.startDeliveryWorker(rcv)
+	id, secret := h.createWebhook(h.adminKey, rcv.URL+"/r", "delivered")
+	rcv.expect("/r", secret)
+	dID := h.sendTest(id, nil)
+	retry := fmt.Sprintf("/api/v1/webhooks/%d/deliveries/%s/retry", id, dID)
+	for round := 1; round <= 5; round++ {
+		testenv.Eventually(t, 30*time.Second, "delivered", func() bool {
+			d, err := h.store.DeliveryOfWebhook(t.Context(), id, dID)
+			return err == nil && d.Status == store.DeliveryDelivered
+		})
+		h.do("POST", retry, h.adminKey, nil).data(t, 200)
+		// Pending now: a second retry is refused until the series ends.
+		if d, _ := h.store.DeliveryOfWebhook(t.Context(), id, dID); d.Status == store.DeliveryPending {
+			if r := h.do("POST", retry, h.adminKey, nil); r.Status != 409 && r.Status != 200 {
+				t.Fatalf("retry of a pending delivery answered %d", r.Status)
+			}
+		}
+		rcv.waitFor(t, dID, round+1)
+	}
+	h.waitStatus(id, dID, "delivered")
 }

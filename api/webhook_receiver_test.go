@@ -17,6 +17,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/mailyard/mailyard/activities"
+	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/testenv"
 	"github.com/mailyard/mailyard/internal/webhook"
@@ -140,7 +141,9 @@ func (h *harness) startDeliveryWorker(rcv *receiver) {
 	worker.RegisterWebhooks(w, &activities.Webhooks{
 		Store: h.store, Box: box,
 		Client: webhook.NewClient(webhook.Policy{AllowPrivateNetworks: true}, webhook.WithRootCAs(rcv.pool)),
+		Events: worker.NewEmitter(h.store, h.temporal, discardLogger()),
 	})
+	worker.RegisterRecovery(w, &activities.Recovery{Store: h.store, Runs: &deliveryruns.Runs{Temporal: h.temporal}})
 	if err := w.Start(); err != nil {
 		h.t.Fatal(err)
 	}

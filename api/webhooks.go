@@ -10,6 +10,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/mailyard/mailyard/internal/eventtype"
+	"github.com/mailyard/mailyard/internal/platformevents"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/webhook"
 )
@@ -19,18 +20,23 @@ import (
 // state refuses it until a webhook is deleted.
 const MaxWebhooksPerOrganization = 20
 
-
 // Webhook is a subscription as the API shows it.
 type Webhook struct {
 	ID         int64            `json:"id" example:"1"`
 	URL        string           `json:"url" example:"https://hooks.example.com/mailyard"`
 	EventTypes []eventtype.Type `json:"event_types" example:"[\"delivered\",\"bounced\"]"`
 	CreatedAt  time.Time        `json:"created_at"`
-	Status     string           `json:"status" enum:"enabled,disabled" doc:"disabled: the receiver answered 410 Gone; nothing is sent any more."`
+	Status     string           `json:"status" enum:"enabled,disabled" doc:"disabled: nothing is sent until the webhook is enabled again (Update webhook)."`
+	// The enum tag lists the non-null values; null means enabled.
+	DisabledReason *string    `json:"disabled_reason" nullable:"true" enum:"manual,receiver_gone,failing" doc:"Why the webhook is disabled: manual (Update webhook), receiver_gone (the receiver answered 410 Gone), failing (no 2xx answer for MAILYARD_WEBHOOK_DISABLE_AFTER when a delivery ran out of retries). null while enabled."`
+	DisabledAt     *time.Time `json:"disabled_at" nullable:"true"`
 }
 
 func webhookFromStore(w *store.Webhook) Webhook {
-	return Webhook{ID: w.ID, URL: w.URL, EventTypes: eventtype.FromStrings(w.EventTypes), CreatedAt: w.CreatedAt.UTC(), Status: w.Status}
+	return Webhook{
+		ID: w.ID, URL: w.URL, EventTypes: eventtype.FromStrings(w.EventTypes), CreatedAt: w.CreatedAt.UTC(), Status: w.Status,
+		DisabledReason: w.DisabledReason, DisabledAt: utc(w.DisabledAt),
+	}
 }
 
 // CreateWebhookInput is the body of Create webhook.
@@ -39,6 +45,33 @@ type CreateWebhookInput struct {
 		URL        string           `json:"url" doc:"https:// URL that receives the events, at most 2048 characters." example:"https://hooks.example.com/mailyard"`
 		EventTypes []eventtype.Type `json:"event_types" minItems:"1" uniqueItems:"true" doc:"Events to receive: email events and platform events (domain.*, webhook.disabled)."`
 	}
+}
+
+// UpdateWebhookInput changes any of a webhook's URL, event types and status.
+type UpdateWebhookInput struct {
+	ID   int64 `path:"id" doc:"Webhook id."`
+	Body struct {
+		URL        *string          `json:"url,omitempty" doc:"New https:// URL, validated like on create."`
+		EventTypes []eventtype.Type `json:"event_types,omitempty" minItems:"1" uniqueItems:"true" doc:"New event types, replacing the old ones."`
+		Status     *string          `json:"status,omitempty" enum:"enabled,disabled" doc:"enabled clears disabled_reason and restarts the failure clock; disabled (reason manual) stops pending deliveries like a delete."`
+	}
+}
+
+// MaxPreviousSecrets is how many replaced secrets may still be valid at once.
+const MaxPreviousSecrets = 5
+
+// RotateSecretInput sets how long the replaced secret stays valid.
+type RotateSecretInput struct {
+	ID   int64 `path:"id" doc:"Webhook id."`
+	Body *struct {
+		ExpirePreviousInSeconds *int `json:"expire_previous_in_seconds,omitempty" minimum:"0" maximum:"604800" default:"86400" doc:"How long the replaced secret keeps signing (0: at once, ending every overlap)."`
+	}
+}
+
+// RotatedSecretData is the data of Rotate signing secret.
+type RotatedSecretData struct {
+	SigningSecret           string    `json:"signing_secret" example:"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"`
+	PreviousSecretExpiresAt time.Time `json:"previous_secret_expires_at" doc:"When the replaced secret stops signing; X-Service-Signature switches to the new secret then."`
 }
 
 // CreateWebhookData is the data of Create webhook: the secret is shown beside
@@ -94,6 +127,20 @@ func (s *Server) registerWebhooks() {
 		Summary: "Get webhook", Tags: tags, Errors: []int{http.StatusNotFound},
 	}, s.getWebhook)
 	register(s, huma.Operation{
+		OperationID: "rotate-webhook-secret", Method: http.MethodPost, Path: "/api/v1/webhooks/{id}/secret/rotate",
+		Summary: "Rotate signing secret", Tags: tags,
+		Description: fmt.Sprintf("Replaces the signing secret. The replaced secret keeps signing beside the new one for expire_previous_in_seconds "+
+			"(webhook-signature carries one v1 signature per unexpired secret, newest first; X-Service-Signature is keyed with the oldest). "+
+			"0 ends every overlap at once. At most %d unexpired previous secrets (409 %s).", MaxPreviousSecrets, CodeTooManySecrets),
+		Errors: []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity, http.StatusBadRequest},
+	}, s.rotateWebhookSecret)
+	register(s, huma.Operation{
+		OperationID: "update-webhook", Method: http.MethodPatch, Path: "/api/v1/webhooks/{id}",
+		Summary: "Update webhook", Tags: tags,
+		Description: "Changes any of url, event_types and status. Disabling emits webhook.disabled to the organization's other webhooks that subscribe to it.",
+		Errors:      []int{http.StatusNotFound, http.StatusUnprocessableEntity, http.StatusBadRequest},
+	}, s.updateWebhook)
+	register(s, huma.Operation{
 		OperationID: "delete-webhook", Method: http.MethodDelete, Path: "/api/v1/webhooks/{id}",
 		Summary: "Delete webhook", Tags: tags, Errors: []int{http.StatusNotFound},
 		Description: "Deletes the webhook; its pending deliveries stop and are marked failed.",
@@ -103,6 +150,7 @@ func (s *Server) registerWebhooks() {
 		Summary: "Get signing secret", Tags: tags, Errors: []int{http.StatusNotFound},
 	}, s.getWebhookSecret)
 	s.registerWebhookDeliveries()
+	s.registerWebhookRecovery()
 }
 
 func (s *Server) webhookPolicy() webhook.Policy {
@@ -197,4 +245,78 @@ func (s *Server) getWebhookSecret(ctx context.Context, in *WebhookIDInput) (*Res
 		return nil, fmt.Errorf("open signing secret of webhook %d: %w", w.ID, err)
 	}
 	return respond(SigningSecretData{WebhookID: w.ID, SigningSecret: string(secret)}), nil
+}
+
+func (s *Server) updateWebhook(ctx context.Context, in *UpdateWebhookInput) (*Response[WebhookData], error) {
+	b := in.Body
+	if b.URL != nil {
+		if err := webhook.ValidateURL(*b.URL, s.webhookPolicy()); err != nil {
+			return nil, fieldError("body.url", err.Error())
+		}
+	}
+	patch := store.WebhookPatch{URL: b.URL, Status: b.Status}
+	if b.EventTypes != nil {
+		patch.EventTypes = eventtype.Strings(b.EventTypes)
+	}
+	var announce []string
+	w, stopped, disabled, err := s.store.UpdateWebhook(ctx, principalFrom(ctx).OrganizationID, in.ID, patch, s.platform.StageDisable(&announce))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFoundError("webhook")
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.deliveries.CancelInBackground(stopped)
+	if !disabled && w.Status == store.WebhookDisabled && b.Status != nil && *b.Status == store.WebhookDisabled {
+		// Disabled already: asking again re-announces the latest disable,
+		// which starts only what an earlier failure left unstarted.
+		if w.DisableCount > 0 {
+			err = s.platform.Emit(ctx, platformevents.WebhookDisabled(w))
+		}
+	} else {
+		err = s.platform.Start(ctx, announce)
+	}
+	if err != nil {
+		s.logger.WarnContext(ctx, "webhook.disabled stored but not scheduled", "request_id", RequestID(ctx), "webhook_id", w.ID, "error", err)
+		return nil, NewAPIError(http.StatusServiceUnavailable, CodeUnavailable,
+			"the webhook is disabled, but its webhook.disabled event could not be scheduled; send the same request again")
+	}
+	return respond(WebhookData{Webhook: webhookFromStore(w)}), nil
+}
+
+func (s *Server) rotateWebhookSecret(ctx context.Context, in *RotateSecretInput) (*Response[RotatedSecretData], error) {
+	expireIn := 86400
+	if in.Body != nil && in.Body.ExpirePreviousInSeconds != nil {
+		expireIn = *in.Body.ExpirePreviousInSeconds
+	}
+	box, err := s.secretBox()
+	if err != nil {
+		return nil, err
+	}
+	secret, err := webhook.NewSecret()
+	if err != nil {
+		return nil, err
+	}
+	expires, err := s.store.RotateWebhookSecret(ctx, principalFrom(ctx).OrganizationID, in.ID, store.Rotation{
+		ExpireIn:    time.Duration(expireIn) * time.Second,
+		MaxPrevious: MaxPreviousSecrets,
+		Reseal: func(currentEnc []byte, prevID int64) ([]byte, error) {
+			current, err := box.Open(currentEnc, store.WebhookSecretBinding(in.ID))
+			if err != nil {
+				return nil, fmt.Errorf("open signing secret of webhook %d: %w", in.ID, err)
+			}
+			return box.Seal(current, store.PreviousSecretBinding(prevID))
+		},
+		SealNew: func(id int64) ([]byte, error) { return box.Seal([]byte(secret), store.WebhookSecretBinding(id)) },
+	})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, notFoundError("webhook")
+	case errors.Is(err, store.ErrTooManySecrets):
+		return nil, NewAPIError(http.StatusConflict, CodeTooManySecrets,
+			fmt.Sprintf("this webhook already has %d previous secrets that have not expired; wait for one to expire, or rotate with expire_previous_in_seconds 0 to end every overlap", MaxPreviousSecrets))
+	case err != nil:
+		return nil, err
+	}
+	return respond(RotatedSecretData{SigningSecret: secret, PreviousSecretExpiresAt: expires.UTC()}), nil
 }

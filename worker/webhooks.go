@@ -8,6 +8,7 @@ import (
 	"github.com/mailyard/mailyard/activities"
 	"github.com/mailyard/mailyard/internal/webhook"
 	"github.com/mailyard/mailyard/workflows/delivery"
+	"github.com/mailyard/mailyard/workflows/recovery"
 )
 
 // newWebhookWorker runs delivery workflows and their attempts.
@@ -20,7 +21,8 @@ func newWebhookWorker(d Deps) (sdkworker.Worker, error) {
 		})
 	}
 	w := sdkworker.New(d.Client, delivery.TaskQueue, sdkworker.Options{})
-	RegisterWebhooks(w, &activities.Webhooks{Store: d.Store, Box: d.Box, Client: client, Events: d.Events})
+	RegisterRecovery(w, &activities.Recovery{Store: d.Store, Runs: d.Events.Runs})
+	RegisterWebhooks(w, &activities.Webhooks{Store: d.Store, Box: d.Box, Client: client, Events: d.Events, DisableAfter: d.Config.WebhookDisableAfter})
 	return w, nil
 }
 
@@ -29,4 +31,12 @@ func newWebhookWorker(d Deps) (sdkworker.Worker, error) {
 func RegisterWebhooks(r sdkworker.Registry, a *activities.Webhooks) {
 	r.RegisterWorkflowWithOptions(delivery.Workflow, workflow.RegisterOptions{Name: delivery.WorkflowName})
 	r.RegisterActivityWithOptions(a.Attempt, activity.RegisterOptions{Name: delivery.AttemptActivity})
+}
+
+// RegisterRecovery registers the recovery workflow and its activities under
+// the names of the contract.
+func RegisterRecovery(r sdkworker.Registry, a *activities.Recovery) {
+	r.RegisterWorkflowWithOptions(recovery.Workflow, workflow.RegisterOptions{Name: recovery.WorkflowName})
+	r.RegisterActivityWithOptions(a.ListFailed, activity.RegisterOptions{Name: recovery.ListFailedActivity})
+	r.RegisterActivityWithOptions(a.Redeliver, activity.RegisterOptions{Name: recovery.RedeliverActivity})
 }

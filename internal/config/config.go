@@ -39,6 +39,9 @@ type Config struct {
 
 	WebhookAllowPrivateNetworks bool
 	WebhookAllowHTTP            bool
+	// WebhookDisableAfter disables a webhook (reason failing) whose
+	// delivery runs out of its schedule after this long without a 2xx.
+	WebhookDisableAfter time.Duration
 
 	// DKIMRetain is how long an old DKIM key stays published after a rotation
 	// switched away from it, and a deleted domain's keys after the deletion.
@@ -53,6 +56,9 @@ type Config struct {
 	// the default of PRODUCT.md §4.
 	VerifySchedule []onboarding.Step
 }
+
+// DefaultWebhookDisableAfter is 5 days without a 2xx answer.
+const DefaultWebhookDisableAfter = 120 * time.Hour
 
 // RFC2136 names the primary server and TSIG key for dynamic updates.
 type RFC2136 struct {
@@ -178,6 +184,15 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 		WebhookAllowHTTP:            boolean("MAILYARD_WEBHOOK_ALLOW_HTTP", false),
 		DKIMRetain:                  duration("MAILYARD_DKIM_RETAIN", 7*24*time.Hour),
 		DKIMRecheck:                 duration("MAILYARD_DKIM_RECHECK", 10*time.Minute),
+	}
+
+	c.WebhookDisableAfter = DefaultWebhookDisableAfter
+	if raw := str("MAILYARD_WEBHOOK_DISABLE_AFTER", ""); raw != "" {
+		d, err := time.ParseDuration(raw)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("MAILYARD_WEBHOOK_DISABLE_AFTER: %q is not a positive Go duration (e.g. 120h, 30s)", raw))
+		}
+		c.WebhookDisableAfter = d
 	}
 
 	if raw := str("MAILYARD_VERIFY_SCHEDULE", ""); raw != "" {

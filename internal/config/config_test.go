@@ -104,3 +104,20 @@ func TestStringMasksSecrets(t *testing.T) {
 		}
 	}
 }
+
+func TestWebhookDisableAfter(t *testing.T) {
+	c, err := LoadFrom(env(nil), Need{})
+	if err != nil || c.WebhookDisableAfter != 120*time.Hour {
+		t.Fatalf("default %v %v", c, err)
+	}
+	c, err = LoadFrom(env(map[string]string{"MAILYARD_WEBHOOK_DISABLE_AFTER": "30s"}), Need{})
+	if err != nil || c.WebhookDisableAfter != 30*time.Second {
+		t.Fatalf("30s: %v", err)
+	}
+	for _, bad := range []string{"5 days", "-1h", "0s"} {
+		_, err := LoadFrom(env(map[string]string{"MAILYARD_WEBHOOK_DISABLE_AFTER": bad}), Need{})
+		if err == nil || !strings.HasPrefix(err.Error(), "MAILYARD_WEBHOOK_DISABLE_AFTER:") {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}

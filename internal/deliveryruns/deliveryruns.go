@@ -15,6 +15,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/mailyard/mailyard/internal/store"
@@ -68,9 +69,66 @@ func (r *Runs) StartFirst(ctx context.Context, ids []string) error {
 // ErrSeriesRunning refuses a new series while the previous one still runs.
 var ErrSeriesRunning = errors.New("the delivery's attempt series is still running")
 
-// StartAgain starts a new attempt series for a delivery whose previous one
-// has closed (a run with the same id is refused with ErrSeriesRunning).
+// StartAgain starts a new attempt series for a delivery that the caller has
+// just moved from final (delivered or failed) to pending. A run still open
+// under the delivery's workflow id is one that is only finishing: it has
+// already recorded the final status the caller read, and will make no more
+// attempts. It is terminated and replaced, so a retry right after the log
+// turns final always starts a new series instead of racing the old run's
+// last workflow task.
 func (r *Runs) StartAgain(ctx context.Context, id string) error {
+	return r.startReplacing(ctx, id, "")
+}
+
+// recoveryMemo names the memo field that says which recovery started a run.
+const recoveryMemo = "recovery_id"
+
+// StartForRecovery is StartAgain for a delivery a recovery reopened; the run
+// carries the recovery's id in its memo (an id, visible in the Temporal UI),
+// so that a retried redelivery can tell its own run from an older one.
+func (r *Runs) StartForRecovery(ctx context.Context, id, recoveryID string) error {
+	return r.startReplacing(ctx, id, recoveryID)
+}
+
+// RecoveryOfOpenRun returns the recovery id in the memo of the delivery's
+// open run, and whether a run is open at all.
+func (r *Runs) RecoveryOfOpenRun(ctx context.Context, id string) (recoveryID string, open bool, err error) {
+	desc, err := r.Temporal.DescribeWorkflowExecution(ctx, delivery.WorkflowID(id), "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return "", false, nil
+	}
+	if p, ok := info.GetMemo().GetFields()[recoveryMemo]; ok {
+		if err := converter.GetDefaultDataConverter().FromPayload(p, &recoveryID); err != nil {
+			return "", true, err
+		}
+	}
+	return recoveryID, true, nil
+}
+
+func (r *Runs) startReplacing(ctx context.Context, id, recoveryID string) error {
+	opts := r.options(id)
+	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING
+	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
+	if recoveryID != "" {
+		opts.Memo = map[string]any{recoveryMemo: recoveryID}
+	}
+	_, err := r.Temporal.ExecuteWorkflow(ctx, opts, delivery.WorkflowName, r.input(id))
+	return err
+}
+
+// StartIfIdle starts a series for a pending delivery only if no run is open
+// under its workflow id (ErrSeriesRunning otherwise): it gives a series to a
+// delivery whose first start failed, and never a second one to a delivery
+// whose series runs.
+func (r *Runs) StartIfIdle(ctx context.Context, id string) error {
 	opts := r.options(id)
 	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
 	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE

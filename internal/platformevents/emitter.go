@@ -94,3 +94,39 @@ func (e *Emitter) Stage(ctx context.Context, db bun.IDB, ev Event) ([]string, er
 func (e *Emitter) Start(ctx context.Context, deliveryIDs []string) error {
 	return e.Runs.StartFirst(ctx, deliveryIDs)
 }
+
+// WebhookDisabled is the webhook.disabled event of a webhook's latest
+// disable (w as the disabling transaction left it). Its key counts the
+// webhook's disables, so each disable is announced exactly once however often
+// it is emitted, and the next disable is announced again.
+func WebhookDisabled(w *store.Webhook) Event {
+	reason := ""
+	if w.DisabledReason != nil {
+		reason = *w.DisabledReason
+	}
+	at := time.Now()
+	if w.DisabledAt != nil {
+		at = *w.DisabledAt
+	}
+	return Event{
+		Key:  fmt.Sprintf("webhook.disabled:%d:%d", w.ID, w.DisableCount),
+		Type: eventtype.WebhookDisabled, OrganizationID: w.OrganizationID, OccurredAt: at,
+		Data:            webhookDisabledData{WebhookID: w.ID, Reason: reason},
+		ExceptWebhookID: w.ID,
+	}
+}
+
+type webhookDisabledData struct {
+	WebhookID int64  `json:"webhook_id"`
+	Reason    string `json:"reason"`
+}
+
+// StageDisable is a store.OnDisable that stages the webhook.disabled event
+// in the disabling transaction; it adds the ids to start to *pending.
+func (e *Emitter) StageDisable(pending *[]string) store.OnDisable {
+	return func(ctx context.Context, tx bun.Tx, w *store.Webhook) error {
+		ids, err := e.Stage(ctx, tx, WebhookDisabled(w))
+		*pending = append(*pending, ids...)
+		return err
+	}
+}

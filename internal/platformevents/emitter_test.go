@@ -61,6 +61,7 @@ func (p *posts) total() int {
 type fixture struct {
 	st      *store.Store
 	emitter *platformevents.Emitter
+	runs    *deliveryruns.Runs
 	box     *secrets.Box
 	rcv     *posts
 	url     string
@@ -82,6 +83,12 @@ func newFixture(t *testing.T) *fixture {
 			f.rcv.bad = append(f.rcv.bad, err.Error())
 		}
 		f.rcv.got[r.URL.Path] = append(f.rcv.got[r.URL.Path], string(body))
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/gone"):
+			w.WriteHeader(http.StatusGone)
+		case strings.HasPrefix(r.URL.Path, "/failing"):
+			w.WriteHeader(http.StatusInternalServerError)
+		}
 	}))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.StartTLS()
@@ -101,7 +108,8 @@ func newFixture(t *testing.T) *fixture {
 	runs := &deliveryruns.Runs{Temporal: tc, Schedule: []time.Duration{0, time.Second}}
 	f.emitter = &platformevents.Emitter{Store: f.st, Runs: runs}
 	w := sdkworker.New(tc, delivery.TaskQueue, sdkworker.Options{})
-	worker.RegisterWebhooks(w, &activities.Webhooks{Store: f.st, Box: f.box, Events: f.emitter,
+	f.runs = runs
+	worker.RegisterWebhooks(w, &activities.Webhooks{Store: f.st, Box: f.box, Events: f.emitter, DisableAfter: time.Millisecond,
 		Client: webhook.NewClient(webhook.Policy{AllowPrivateNetworks: true}, webhook.WithRootCAs(pool))})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
@@ -245,3 +253,53 @@ func TestEmitRefusesEmailEventsAndMissingKeys(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Every automatic disable (410: receiver_gone; a delivery out of retries
+// after the failure clock: failing) announces webhook.disabled once to the
+// organization's other subscribed webhooks, never to the disabled one.
+func TestAutomaticDisablesAnnounceOnce(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	watcher := f.newWebhook(t, f.org, "/watcher", eventtype.WebhookDisabled)
+	for _, c := range []struct{ path, reason string }{{"/gone", "receiver_gone"}, {"/failing", "failing"}} {
+		hook := f.newWebhook(t, f.org, c.path, eventtype.Delivered, eventtype.WebhookDisabled)
+		id, _ := deliveryruns.NewDeliveryID()
+		if err := f.st.CreateDelivery(ctx, &store.Delivery{ID: id, OrganizationID: f.org, WebhookID: hook.ID, EventType: "delivered", Body: []byte(`{"event_type":"delivered"}`)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.runs.StartFirst(ctx, []string{id}); err != nil {
+			t.Fatal(err)
+		}
+		want := `"data":{"webhook_id":` + itoa(hook.ID) + `,"reason":"` + c.reason + `"}`
+		testenv.Eventually(t, 30*time.Second, c.reason+" announced", func() bool {
+			f.rcv.mu.Lock()
+			defer f.rcv.mu.Unlock()
+			for _, b := range f.rcv.got["/watcher"] {
+				if strings.Contains(b, want) {
+					return true
+				}
+			}
+			return false
+		})
+		got, err := f.st.WebhookInOrganization(ctx, f.org, hook.ID)
+		if err != nil || got.Status != store.WebhookDisabled || *got.DisabledReason != c.reason {
+			t.Fatalf("%s: %+v %v", c.path, got, err)
+		}
+	}
+	time.Sleep(time.Second)
+	f.rcv.mu.Lock()
+	defer f.rcv.mu.Unlock()
+	if n := len(f.rcv.got["/watcher"]); n != 2 {
+		t.Fatalf("watcher got %d events: %v", n, f.rcv.got["/watcher"])
+	}
+	for _, p := range []string{"/gone", "/failing"} {
+		for _, b := range f.rcv.got[p] {
+			if strings.Contains(b, "webhook.disabled") {
+				t.Fatalf("%s was told of its own disable", p)
+			}
+		}
+	}
+	if ds := f.deliveriesOf(t, watcher.ID); len(ds) != 2 {
+		t.Fatalf("watcher has %d deliveries", len(ds))
+	}
+}

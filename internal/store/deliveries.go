@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -81,15 +82,29 @@ type AttemptEffect struct {
 	// Status finishes a pending delivery (delivered or failed); "" leaves it
 	// pending for the next attempt.
 	Status string
-	// DisableWebhook turns an enabled webhook off (its receiver said 410).
-	DisableWebhook bool
+	// Disable turns an enabled webhook off with this reason (its receiver
+	// said 410: receiver_gone); "" leaves it on.
+	Disable string
+	// DisableIfUnhealthySince turns an enabled webhook off with reason
+	// failing if it has had no 2xx answer since this time (the delivery ran
+	// out of its schedule); zero never does.
+	DisableIfUnhealthySince time.Time
+	// Healthy restarts the webhook's failure clock (a 2xx answer).
+	Healthy bool
 }
+
+// healthyResolution bounds how often a stream of 2xx answers rewrites the
+// webhook's row: the failure clock counts days, not seconds.
+const healthyResolution = time.Minute
 
 // RecordAttempt logs an attempt and applies its effect in one transaction.
 // The status change is guarded by status = 'pending', so an attempt that
 // raced a delete or a finished series never overwrites the final status.
-func (s *Store) RecordAttempt(ctx context.Context, a *DeliveryAttempt, webhookID int64, effect AttemptEffect) error {
-	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+// When the effect disables the webhook, onDisable runs in the transaction and
+// the disabled webhook is returned; otherwise the webhook is nil.
+func (s *Store) RecordAttempt(ctx context.Context, a *DeliveryAttempt, webhookID int64, effect AttemptEffect, onDisable OnDisable) (disabled *Webhook, err error) {
+	err = s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		disabled = nil
 		if _, err := tx.NewInsert().Model(a).Returning("id").Exec(ctx); err != nil {
 			return err
 		}
@@ -99,15 +114,42 @@ func (s *Store) RecordAttempt(ctx context.Context, a *DeliveryAttempt, webhookID
 				return err
 			}
 		}
-		if effect.DisableWebhook {
-			_, err := tx.NewUpdate().Model((*Webhook)(nil)).
-				Set("status = ?", WebhookDisabled).Set("disabled_at = ?", at).
+		if effect.Healthy {
+			if _, err := tx.NewUpdate().Model((*Webhook)(nil)).Set("healthy_at = ?", at).
+				Where("id = ?", webhookID).Where("healthy_at < ?", at.Add(-healthyResolution)).
+				Exec(ctx); err != nil {
+				return err
+			}
+		}
+		reason := effect.Disable
+		if reason == "" && !effect.DisableIfUnhealthySince.IsZero() {
+			n, err := tx.NewSelect().Model((*Webhook)(nil)).
 				Where("id = ?", webhookID).Where("status = ?", WebhookEnabled).
-				Exec(ctx)
+				Where("healthy_at <= ?", effect.DisableIfUnhealthySince.UTC()).
+				Count(ctx)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				reason = DisabledFailing
+			}
+		}
+		if reason == "" {
+			return nil
+		}
+		w := &Webhook{ID: webhookID}
+		if _, err := disableWebhook(ctx, tx, w, reason, at); errors.Is(err, ErrConflict) {
+			return nil // already disabled or deleted: nothing to announce
+		} else if err != nil {
 			return err
+		}
+		disabled = w
+		if onDisable != nil {
+			return onDisable(ctx, tx, w)
 		}
 		return nil
 	})
+	return disabled, err
 }
 
 // FinishDelivery moves a pending delivery to a final status; it does nothing
@@ -124,13 +166,19 @@ func finishDelivery(ctx context.Context, db bun.IDB, id, status string, at time.
 	return err
 }
 
-// ReopenDelivery makes a delivery pending again for a new attempt series.
-func (s *Store) ReopenDelivery(ctx context.Context, id string) error {
-	_, err := s.DB.NewUpdate().Model((*Delivery)(nil)).
+// ReopenDelivery makes a final (delivered or failed) delivery pending again
+// for a new attempt series. It reports false, changing nothing, for a
+// delivery that is pending already: of two concurrent retries one reopens.
+func (s *Store) ReopenDelivery(ctx context.Context, id string) (bool, error) {
+	res, err := s.DB.NewUpdate().Model((*Delivery)(nil)).
 		Set("status = ?", DeliveryPending).Set("finished_at = NULL").
-		Where("id = ?", id).
+		Where("id = ?", id).Where("status IN (?)", bun.In([]string{DeliveryDelivered, DeliveryFailed})).
 		Exec(ctx)
-	return err
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 // DeliveryOfWebhook reads a delivery (without its body) only if it belongs to

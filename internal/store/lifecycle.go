@@ -100,22 +100,22 @@ func (s *Store) UpdateRotationSettings(ctx context.Context, orgID, id int64, ena
 	return s.DomainInOrganization(ctx, orgID, id)
 }
 
-// Rotation is a rotation's progress as the workflow sees it: statuses and
+// DKIMRotation is a rotation's progress as the workflow sees it: statuses and
 // selectors, nothing secret.
-type Rotation struct {
+type DKIMRotation struct {
 	Status          string
 	ActiveSelector  string
 	StandbySelector string
 }
 
 // rotationOf reads the selectors of a domain's active and standby keys.
-func rotationOf(ctx context.Context, db bun.IDB, d *Domain) (Rotation, error) {
+func rotationOf(ctx context.Context, db bun.IDB, d *Domain) (DKIMRotation, error) {
 	var ks []DKIMKey
 	if err := db.NewSelect().Model(&ks).Column("selector", "state").Where("domain_id = ?", d.ID).
 		Where("state IN (?)", bun.In([]string{DKIMActive, DKIMStandby})).Scan(ctx); err != nil {
-		return Rotation{}, err
+		return DKIMRotation{}, err
 	}
-	r := Rotation{}
+	r := DKIMRotation{}
 	if d.RotationStatus != nil {
 		r.Status = *d.RotationStatus
 	}
@@ -135,8 +135,8 @@ func rotationOf(ctx context.Context, db bun.IDB, d *Domain) (Rotation, error) {
 // BeginRotation marks a rotation of a verified domain as started (waiting for
 // the standby key in DNS) and returns its selectors. It is idempotent: for a
 // rotation already under way it returns that rotation unchanged.
-func (s *Store) BeginRotation(ctx context.Context, domainID int64) (Rotation, error) {
-	var r Rotation
+func (s *Store) BeginRotation(ctx context.Context, domainID int64) (DKIMRotation, error) {
+	var r DKIMRotation
 	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		d, err := s.lockDomain(ctx, tx, domainID)
 		if err != nil {
@@ -164,8 +164,8 @@ func (s *Store) BeginRotation(ctx context.Context, domainID int64) (Rotation, er
 // SwitchActiveKey makes the standby key sign and the active key the standby
 // (still published), in one transaction. Repeating it after the switch returns
 // the rotation unchanged instead of switching back.
-func (s *Store) SwitchActiveKey(ctx context.Context, domainID int64) (Rotation, error) {
-	var r Rotation
+func (s *Store) SwitchActiveKey(ctx context.Context, domainID int64) (DKIMRotation, error) {
+	var r DKIMRotation
 	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		d, err := s.lockDomain(ctx, tx, domainID)
 		if err != nil {

@@ -18,6 +18,18 @@ const (
 	WebhookDeleted  = "deleted"
 )
 
+// Why a webhook is disabled.
+const (
+	DisabledManual       = "manual"
+	DisabledReceiverGone = "receiver_gone"
+	DisabledFailing      = "failing"
+)
+
+// OnDisable runs inside the transaction that disables a webhook, with the
+// webhook as it now is (status, reason, disable count), so that what
+// announces the disable commits with it or not at all.
+type OnDisable func(ctx context.Context, tx bun.Tx, w *Webhook) error
+
 // ErrLimitReached is returned when an organization already has the most
 // webhooks it may have.
 var ErrLimitReached = errors.New("limit reached")
@@ -163,4 +175,97 @@ func (s *Store) DeleteWebhook(ctx context.Context, orgID, id int64) (*Webhook, [
 		return nil, nil, err
 	}
 	return w, stopped, nil
+}
+
+// WebhookPatch is a change to a webhook; nil fields stay as they are.
+type WebhookPatch struct {
+	URL        *string
+	EventTypes EventTypes
+	// Status is WebhookEnabled or WebhookDisabled (reason manual).
+	Status *string
+}
+
+// UpdateWebhook applies a patch to a webhook of the organization in one
+// transaction. Enabling a disabled webhook clears its reason and restarts
+// its failure clock; disabling one fails its pending deliveries (their ids
+// are returned so their workflows can be cancelled) and calls onDisable.
+// disabled tells whether this update disabled the webhook.
+func (s *Store) UpdateWebhook(ctx context.Context, orgID, id int64, p WebhookPatch, onDisable OnDisable) (w *Webhook, stopped []string, disabled bool, err error) {
+	w = new(Webhook)
+	err = s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		stopped, disabled = nil, false
+		q := tx.NewSelect().Model(w).
+			Where("id = ?", id).Where("organization_id = ?", orgID).Where("status <> ?", WebhookDeleted)
+		if s.IsPostgres() {
+			q = q.For("UPDATE")
+		}
+		if err := q.Scan(ctx); err != nil {
+			return notFound(err)
+		}
+		at := now()
+		upd := tx.NewUpdate().Model(w).WherePK()
+		changed := false
+		if p.URL != nil {
+			w.URL = *p.URL
+			upd, changed = upd.Column("url"), true
+		}
+		if p.EventTypes != nil {
+			w.EventTypes = p.EventTypes
+			upd, changed = upd.Column("event_types"), true
+		}
+		if p.Status != nil && *p.Status == WebhookEnabled && w.Status == WebhookDisabled {
+			w.Status, w.DisabledReason, w.DisabledAt, w.HealthyAt = WebhookEnabled, nil, nil, at
+			upd, changed = upd.Column("status", "disabled_reason", "disabled_at", "healthy_at"), true
+		}
+		if changed {
+			if _, err := upd.Exec(ctx); err != nil {
+				return err
+			}
+		}
+		if p.Status != nil && *p.Status == WebhookDisabled && w.Status == WebhookEnabled {
+			var err error
+			if stopped, err = disableWebhook(ctx, tx, w, DisabledManual, at); err != nil {
+				return err
+			}
+			disabled = true
+			if onDisable != nil {
+				return onDisable(ctx, tx, w)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, false, err
+	}
+	return w, stopped, disabled, nil
+}
+
+// disableWebhook turns an enabled webhook off and fails its pending
+// deliveries, like a delete. w is updated to its new state.
+func disableWebhook(ctx context.Context, tx bun.Tx, w *Webhook, reason string, at time.Time) ([]string, error) {
+	res, err := tx.NewUpdate().Model((*Webhook)(nil)).
+		Set("status = ?", WebhookDisabled).Set("disabled_reason = ?", reason).Set("disabled_at = ?", at).
+		Set("disable_count = disable_count + 1").
+		Where("id = ?", w.ID).Where("status = ?", WebhookEnabled).
+		Exec(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil, ErrConflict
+	}
+	if err := tx.NewSelect().Model(w).WherePK().Scan(ctx); err != nil {
+		return nil, err
+	}
+	var stopped []string
+	if err := tx.NewSelect().Model((*Delivery)(nil)).Column("id").
+		Where("webhook_id = ?", w.ID).Where("status = ?", DeliveryPending).
+		Scan(ctx, &stopped); err != nil {
+		return nil, err
+	}
+	_, err = tx.NewUpdate().Model((*Delivery)(nil)).
+		Set("status = ?", DeliveryFailed).Set("finished_at = ?", at).
+		Where("webhook_id = ?", w.ID).Where("status = ?", DeliveryPending).
+		Exec(ctx)
+	return stopped, err
 }

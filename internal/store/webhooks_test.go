@@ -139,11 +139,11 @@ func TestIngestFansOutOnceAndAttemptsFinishDeliveries(t *testing.T) {
 			t.Fatalf("delivery %+v %+v %v", d, w, err)
 		}
 		code := 500
-		if err := st.RecordAttempt(ctx, &store.DeliveryAttempt{DeliveryID: id, AttemptedAt: time.Now().UTC(), StatusCode: &code, DurationMS: 3, ResponseBody: []byte("oops")}, w.ID, store.AttemptEffect{}); err != nil {
+		if _, err := st.RecordAttempt(ctx, &store.DeliveryAttempt{DeliveryID: id, AttemptedAt: time.Now().UTC(), StatusCode: &code, DurationMS: 3, ResponseBody: []byte("oops")}, w.ID, store.AttemptEffect{}, nil); err != nil {
 			t.Fatal(err)
 		}
 		code2 := 410
-		if err := st.RecordAttempt(ctx, &store.DeliveryAttempt{DeliveryID: id, AttemptedAt: time.Now().UTC(), StatusCode: &code2, DurationMS: 4}, w.ID, store.AttemptEffect{Status: store.DeliveryFailed, DisableWebhook: true}); err != nil {
+		if _, err := st.RecordAttempt(ctx, &store.DeliveryAttempt{DeliveryID: id, AttemptedAt: time.Now().UTC(), StatusCode: &code2, DurationMS: 4}, w.ID, store.AttemptEffect{Status: store.DeliveryFailed, Disable: store.DisabledReceiverGone}, nil); err != nil {
 			t.Fatal(err)
 		}
 		// A late success never overwrites the final status.
@@ -159,7 +159,7 @@ func TestIngestFansOutOnceAndAttemptsFinishDeliveries(t *testing.T) {
 			t.Fatalf("attempts %+v %v", attempts, err)
 		}
 		hook, err := st.WebhookInOrganization(ctx, org, w.ID)
-		if err != nil || hook.Status != store.WebhookDisabled {
+		if err != nil || hook.Status != store.WebhookDisabled || hook.DisabledReason == nil || *hook.DisabledReason != store.DisabledReceiverGone || hook.DisableCount != 1 || hook.DisabledAt == nil {
 			t.Fatalf("webhook after 410: %+v %v", hook, err)
 		}
 		// A disabled webhook gets no new deliveries.
@@ -169,8 +169,11 @@ func TestIngestFansOutOnceAndAttemptsFinishDeliveries(t *testing.T) {
 		if err != nil || len(none) != 0 {
 			t.Fatalf("ingest to a disabled webhook: %+v %v", none, err)
 		}
-		if err := st.ReopenDelivery(ctx, id); err != nil {
-			t.Fatal(err)
+		if reopened, err := st.ReopenDelivery(ctx, id); err != nil || !reopened {
+			t.Fatal(reopened, err)
+		}
+		if reopened, err := st.ReopenDelivery(ctx, id); err != nil || reopened {
+			t.Fatal("a pending delivery reopened again", err)
 		}
 		if d, err := st.DeliveryOfWebhook(ctx, w.ID, id); err != nil || d.Status != store.DeliveryPending || d.FinishedAt != nil {
 			t.Fatalf("reopened %+v %v", d, err)

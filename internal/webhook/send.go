@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -20,6 +21,12 @@ type Delivery struct {
 	URL string
 	// Secret is the webhook's signing secret ("whsec_...").
 	Secret string
+	// PreviousSecrets are the secrets a rotation replaced that have not
+	// expired yet, newest first. While there are some, webhook-signature
+	// carries one signature per secret (Secret's first) and
+	// X-Service-Signature is keyed with the oldest, so a receiver that checks
+	// only that header switches secrets when the overlap ends.
+	PreviousSecrets []string
 	// ID identifies the delivery; it is the same on every retry and is
 	// sent as X-Service-Delivery-Id and webhook-id.
 	ID string
@@ -64,9 +71,14 @@ func Send(ctx context.Context, client *http.Client, d Delivery) Outcome {
 // newDeliveryRequest builds the POST and signs it over the exact body bytes
 // it carries.
 func newDeliveryRequest(ctx context.Context, d Delivery, ts time.Time) (*http.Request, error) {
-	standardSig, err := SignStandard(d.Secret, d.ID, ts, d.Body)
-	if err != nil {
-		return nil, err
+	secrets := append([]string{d.Secret}, d.PreviousSecrets...)
+	standardSigs := make([]string, len(secrets))
+	for i, secret := range secrets {
+		sig, err := SignStandard(secret, d.ID, ts, d.Body)
+		if err != nil {
+			return nil, err
+		}
+		standardSigs[i] = sig
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(d.Body))
 	if err != nil {
@@ -79,12 +91,13 @@ func newDeliveryRequest(ctx context.Context, d Delivery, ts time.Time) (*http.Re
 	h.Set("Accept-Encoding", "gzip")
 	h.Set("X-Service-Event", d.EventType)
 	h.Set("X-Service-Delivery-Id", d.ID)
-	h.Set("X-Service-Signature", SignSeed(d.Secret, d.Body))
+	h.Set("X-Service-Signature", SignSeed(secrets[len(secrets)-1], d.Body))
 	// Standard Webhooks spells its headers in lower case; direct map
 	// assignment keeps that spelling on HTTP/1.1 wires.
 	h["webhook-id"] = []string{d.ID}
 	h["webhook-timestamp"] = []string{strconv.FormatInt(ts.Unix(), 10)}
-	h["webhook-signature"] = []string{standardSig}
+	// Standard Webhooks separates several signatures with spaces.
+	h["webhook-signature"] = []string{strings.Join(standardSigs, " ")}
 	return req, nil
 }
 

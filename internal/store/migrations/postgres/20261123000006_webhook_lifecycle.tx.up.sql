@@ -22,7 +22,9 @@ ALTER TABLE webhooks ADD COLUMN disabled_reason TEXT;
 ALTER TABLE webhooks ADD COLUMN disable_count   INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE webhooks ADD COLUMN healthy_at      TIMESTAMPTZ;
 UPDATE webhooks SET healthy_at = created_at;
-UPDATE webhooks SET disabled_reason = 'receiver_gone', disable_count = 1 WHERE status = 'disabled';
+-- Before this release only a 410 disabled a webhook. Its count stays 0: that
+-- disable is never announced as webhook.disabled.
+UPDATE webhooks SET disabled_reason = 'receiver_gone' WHERE status = 'disabled';
 ALTER TABLE webhooks ALTER COLUMN healthy_at SET NOT NULL;
 
 -- Signing secrets replaced by a rotation, still valid until expires_at.

@@ -16,7 +16,9 @@ ALTER TABLE webhooks ADD COLUMN disabled_reason TEXT;
 ALTER TABLE webhooks ADD COLUMN disable_count   INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE webhooks ADD COLUMN healthy_at      TIMESTAMP;
 UPDATE webhooks SET healthy_at = created_at;
-UPDATE webhooks SET disabled_reason = 'receiver_gone', disable_count = 1 WHERE status = 'disabled';
+-- Before this release only a 410 disabled a webhook. Its count stays 0: that
+-- disable is never announced as webhook.disabled.
+UPDATE webhooks SET disabled_reason = 'receiver_gone' WHERE status = 'disabled';
 
 CREATE TABLE webhook_previous_secrets (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
