@@ -14,7 +14,9 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-func stubList(context.Context, ListInput) (ListResult, error) { return ListResult{}, errors.New("not mocked") }
+func stubList(context.Context, ListInput) (ListResult, error) {
+	return ListResult{}, errors.New("not mocked")
+}
 func stubRedeliver(context.Context, RedeliverInput) (RedeliverResult, error) {
 	return RedeliverResult{}, errors.New("not mocked")
 }
