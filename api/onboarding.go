@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/verification"
 	"github.com/mailyard/mailyard/workflows/onboarding"
@@ -37,6 +38,16 @@ func (o *onboardingRuns) startOptions(domainID int64) client.StartWorkflowOption
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 	}
+}
+
+// onboardingSchedule turns the configured verification schedule into the
+// workflow's own type; empty stays empty (the workflow's default).
+func onboardingSchedule(steps []config.ScheduleStep) []onboarding.Step {
+	var out []onboarding.Step
+	for _, s := range steps {
+		out = append(out, onboarding.Step{Every: s.Every, Until: s.Until})
+	}
+	return out
 }
 
 func (o *onboardingRuns) input(d *store.Domain) onboarding.Input {

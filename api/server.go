@@ -82,7 +82,7 @@ func New(d Deps) *Server {
 	s.deliveries = &deliveryruns.Runs{Temporal: d.Temporal, Schedule: d.DeliverySchedule, Logger: d.Logger}
 	s.platform = &platformevents.Emitter{Store: d.Store, Runs: s.deliveries}
 	s.lifecycle = &domainLifecycle{temporal: d.Temporal, store: d.Store, retain: d.Config.DKIMRetain, recheckEvery: d.Config.DKIMRecheck}
-	s.onboarding = &onboardingRuns{temporal: d.Temporal, store: d.Store, verifier: d.Verifier, schedule: d.Config.VerifySchedule, logger: d.Logger}
+	s.onboarding = &onboardingRuns{temporal: d.Temporal, store: d.Store, verifier: d.Verifier, schedule: onboardingSchedule(d.Config.VerifySchedule), logger: d.Logger}
 
 	mux := http.NewServeMux()
 	s.api = humago.New(mux, humaConfig("Mailyard", "Management API for sending domains, API credentials and webhooks.",

@@ -12,7 +12,7 @@ import (
 )
 
 func cmdMigrate(ctx context.Context, args []string) error {
-	cfg, err := config.Load(config.Need{Database: true})
+	cfg, err := config.Load(config.NeedMigrate)
 	if err != nil {
 		return err
 	}

@@ -147,18 +147,19 @@ func withStoreAndTemporal(ctx context.Context, logger *slog.Logger, name string,
 }
 
 func cmdAPI(ctx context.Context, logger *slog.Logger) error {
-	return withStoreAndTemporal(ctx, logger, "api", config.Need{Database: true, EncryptionKey: true, InternalToken: true}, serveAPI)
+	return withStoreAndTemporal(ctx, logger, "api", config.NeedAPI, serveAPI)
 }
 
 func cmdWorker(ctx context.Context, logger *slog.Logger) error {
-	return withStoreAndTemporal(ctx, logger, "worker", config.Need{Database: true, EncryptionKey: true}, runWorker)
+	return withStoreAndTemporal(ctx, logger, "worker", config.NeedWorker, runWorker)
 }
 
 func cmdDNS(ctx context.Context, logger *slog.Logger) error {
-	cfg, err := config.Load(config.Need{Database: true})
+	cfg, err := config.Load(config.NeedDNS)
 	if err != nil {
 		return err
 	}
+	logger.Info("starting dns", "config", cfg.String())
 	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return err

@@ -13,8 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/mailyard/mailyard/workflows/onboarding"
 )
 
 // Config is the whole configuration. Secrets are kept as bytes or strings here and
@@ -53,8 +51,47 @@ type Config struct {
 	RateLimit RateLimit
 
 	// VerifySchedule is how often the onboarding workflow checks DNS; empty means
-	// the default of PRODUCT.md §4.
-	VerifySchedule []onboarding.Step
+	// the workflow's default. Plain data: the API turns it into the workflow's input,
+	// so the configuration does not depend on any workflow package.
+	VerifySchedule []ScheduleStep
+}
+
+// ScheduleStep says: check every Every while the verification window is younger
+// than Until.
+type ScheduleStep struct {
+	Every, Until time.Duration
+}
+
+// ParseSchedule reads "every/until,..." such as "1m/10m,5m/1h,30m/72h", the form
+// of MAILYARD_VERIFY_SCHEDULE.
+func ParseSchedule(s string) ([]ScheduleStep, error) {
+	var steps []ScheduleStep
+	var last time.Duration
+	for _, part := range strings.Split(s, ",") {
+		every, until, ok := strings.Cut(strings.TrimSpace(part), "/")
+		if !ok {
+			return nil, fmt.Errorf("%q is not every/until (e.g. 5m/1h)", part)
+		}
+		e, err1 := time.ParseDuration(every)
+		u, err2 := time.ParseDuration(until)
+		if err1 != nil || err2 != nil || e <= 0 || u <= last {
+			return nil, fmt.Errorf("%q: durations must be positive and windows increasing", part)
+		}
+		steps = append(steps, ScheduleStep{Every: e, Until: u})
+		last = u
+	}
+	return steps, nil
+}
+
+func formatSchedule(steps []ScheduleStep) string {
+	if len(steps) == 0 {
+		return "default"
+	}
+	parts := make([]string, len(steps))
+	for i, s := range steps {
+		parts[i] = s.Every.String() + "/" + s.Until.String()
+	}
+	return strings.Join(parts, ",")
 }
 
 // DefaultWebhookDisableAfter is 5 days without a 2xx answer.
@@ -120,6 +157,110 @@ type Need struct {
 	InternalToken bool
 }
 
+// What each long-running process and the migration step require. cmd/mailyard loads
+// the configuration with these, and the deploy checks use them to prove that every
+// process in deploy/ is given its required settings.
+var (
+	NeedAPI     = Need{Database: true, EncryptionKey: true, InternalToken: true}
+	NeedWorker  = Need{Database: true, EncryptionKey: true}
+	NeedDNS     = Need{Database: true}
+	NeedMigrate = Need{Database: true}
+)
+
+// Required lists the variables that have no default and that n requires.
+func (n Need) Required() []string {
+	var names []string
+	if n.Database {
+		names = append(names, "MAILYARD_DATABASE_URL")
+	}
+	if n.EncryptionKey {
+		names = append(names, "MAILYARD_ENCRYPTION_KEY")
+	}
+	if n.InternalToken {
+		names = append(names, "MAILYARD_INTERNAL_TOKEN")
+	}
+	return names
+}
+
+// variable is one environment variable LoadFrom reads, and how the start-up log
+// shows its setting (secrets only as set or unset).
+type variable struct {
+	name string
+	show func(*Config) string
+}
+
+func masked(set bool) string {
+	if set {
+		return "(set)"
+	}
+	return "(unset)"
+}
+
+// variables is the single list of what LoadFrom reads: LoadFrom refuses to read a
+// name missing here (listedOnly), a test proves it reads every name here, and String
+// prints them all, so the list, the loader and the log cannot drift apart.
+var variables = []variable{
+	{"MAILYARD_DATABASE_URL", func(c *Config) string { return RedactURL(c.DatabaseURL) }},
+	{"TEMPORAL_ADDRESS", func(c *Config) string { return c.TemporalAddress }},
+	{"TEMPORAL_NAMESPACE", func(c *Config) string { return c.TemporalNamespace }},
+	{"MAILYARD_HTTP_ADDR", func(c *Config) string { return c.HTTPAddr }},
+	{"MAILYARD_INTERNAL_ADDR", func(c *Config) string { return c.InternalAddr }},
+	{"MAILYARD_INTERNAL_TOKEN", func(c *Config) string { return masked(c.InternalToken != "") }},
+	{"MAILYARD_ENCRYPTION_KEY", func(c *Config) string { return masked(len(c.EncryptionKey) > 0) }},
+	{"MAILYARD_DKIM_HOST", func(c *Config) string { return c.DKIMHost }},
+	{"MAILYARD_SPF_HOST", func(c *Config) string { return c.SPFHost }},
+	{"MAILYARD_BOUNCE_HOST", func(c *Config) string { return c.BounceHost }},
+	{"MAILYARD_MX_PRIORITY", func(c *Config) string { return strconv.Itoa(c.MXPriority) }},
+	{"MAILYARD_DNS_PUBLISHER", func(c *Config) string { return c.DNSPublisher }},
+	{"MAILYARD_DNS_ADDR", func(c *Config) string { return c.DNSAddr }},
+	{"MAILYARD_RFC2136_SERVER", func(c *Config) string { return c.RFC2136.Server }},
+	{"MAILYARD_RFC2136_TSIG", func(c *Config) string { return maskTSIG(c.RFC2136.TSIG) }},
+	{"MAILYARD_DNS_RESOLVER", func(c *Config) string { return c.DNSResolver }},
+	{"MAILYARD_VERIFY_SCHEDULE", func(c *Config) string { return formatSchedule(c.VerifySchedule) }},
+	{"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS", func(c *Config) string { return strconv.FormatBool(c.WebhookAllowPrivateNetworks) }},
+	{"MAILYARD_WEBHOOK_ALLOW_HTTP", func(c *Config) string { return strconv.FormatBool(c.WebhookAllowHTTP) }},
+	{"MAILYARD_WEBHOOK_DISABLE_AFTER", func(c *Config) string { return c.WebhookDisableAfter.String() }},
+	{"MAILYARD_RATE_LIMIT", func(c *Config) string { return c.RateLimit.String() }},
+	{"MAILYARD_DKIM_RETAIN", func(c *Config) string { return c.DKIMRetain.String() }},
+	{"MAILYARD_DKIM_RECHECK", func(c *Config) string { return c.DKIMRecheck.String() }},
+}
+
+// maskTSIG keeps the key's name and algorithm, which an operator needs to match
+// the DNS server's configuration, and hides its secret.
+func maskTSIG(tsig string) string {
+	if tsig == "" {
+		return ""
+	}
+	parts := strings.SplitN(tsig, ":", 3)
+	if len(parts) < 3 {
+		return masked(true)
+	}
+	return parts[0] + ":" + parts[1] + ":" + masked(true)
+}
+
+// Variables returns the names of every environment variable the configuration
+// reads, in a stable order.
+func Variables() []string {
+	names := make([]string, len(variables))
+	for i, v := range variables {
+		names[i] = v.name
+	}
+	return names
+}
+
+// listedOnly wraps getenv so that reading a name missing from variables is a
+// programming error caught by any test that loads a configuration.
+func listedOnly(getenv Getenv) Getenv {
+	return func(name string) string {
+		for _, v := range variables {
+			if v.name == name {
+				return getenv(name)
+			}
+		}
+		panic("config: " + name + " is read but missing from the variables list")
+	}
+}
+
 // Getenv is os.Getenv's shape, so tests and `mailyard dev` can supply their own.
 type Getenv func(string) string
 
@@ -129,6 +270,7 @@ func Load(need Need) (*Config, error) { return LoadFrom(os.Getenv, need) }
 // LoadFrom reads the configuration through getenv and returns every problem at once,
 // one line per variable, so an operator fixes them all in one go.
 func LoadFrom(getenv Getenv, need Need) (*Config, error) {
+	getenv = listedOnly(getenv)
 	var errs []error
 	str := func(name, def string) string {
 		if v := strings.TrimSpace(getenv(name)); v != "" {
@@ -196,7 +338,7 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 	}
 
 	if raw := str("MAILYARD_VERIFY_SCHEDULE", ""); raw != "" {
-		schedule, err := onboarding.ParseSchedule(raw)
+		schedule, err := ParseSchedule(raw)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("MAILYARD_VERIFY_SCHEDULE: %v", err))
 		}
@@ -265,17 +407,21 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 	return c, nil
 }
 
-// String prints the configuration with secrets masked.
+// String prints every setting as NAME=value for the start-up log, secrets masked,
+// in the order of Variables.
 func (c *Config) String() string {
-	mask := func(set bool) string {
-		if set {
-			return "(set)"
+	var b strings.Builder
+	for i, v := range variables {
+		if i > 0 {
+			b.WriteByte(' ')
 		}
-		return "(unset)"
+		val := v.show(c)
+		if val == "" || strings.ContainsAny(val, " \t\"=") {
+			val = strconv.Quote(val)
+		}
+		b.WriteString(v.name + "=" + val)
 	}
-	return fmt.Sprintf("database=%s temporal=%s/%s http=%s internal=%s internal_token=%s encryption_key=%s dkim_host=%s publisher=%s dns_addr=%s resolver=%q rate_limit=%s dkim_retain=%s dkim_recheck=%s",
-		RedactURL(c.DatabaseURL), c.TemporalAddress, c.TemporalNamespace, c.HTTPAddr, c.InternalAddr,
-		mask(c.InternalToken != ""), mask(len(c.EncryptionKey) > 0), c.DKIMHost, c.DNSPublisher, c.DNSAddr, c.DNSResolver, c.RateLimit, c.DKIMRetain, c.DKIMRecheck)
+	return b.String()
 }
 
 // RedactURL hides a password in a database URL.

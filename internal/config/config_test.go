@@ -121,3 +121,99 @@ func TestWebhookDisableAfter(t *testing.T) {
 		}
 	}
 }
+
+func TestParseSchedule(t *testing.T) {
+	steps, err := ParseSchedule("1m/10m, 5m/1h,30m/72h")
+	if err != nil || len(steps) != 3 || steps[2] != (ScheduleStep{Every: 30 * time.Minute, Until: 72 * time.Hour}) {
+		t.Fatalf("%v %v", steps, err)
+	}
+	for _, bad := range []string{"", "1m", "1m/10m,5m/5m", "0s/1m", "x/1h"} {
+		if _, err := ParseSchedule(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	c, err := LoadFrom(env(map[string]string{"MAILYARD_VERIFY_SCHEDULE": "10s/1m,1m/5m"}), Need{})
+	if err != nil || len(c.VerifySchedule) != 2 || c.VerifySchedule[0] != (ScheduleStep{Every: 10 * time.Second, Until: time.Minute}) {
+		t.Fatalf("%+v %v", c, err)
+	}
+}
+
+// LoadFrom reads every listed variable (and listedOnly makes it panic on any
+// other), so Variables is exactly what the binary reads.
+func TestVariablesAreWhatLoadFromReads(t *testing.T) {
+	read := map[string]bool{}
+	if _, err := LoadFrom(func(name string) string { read[name] = true; return "" }, Need{}); err != nil {
+		t.Fatal(err)
+	}
+	names := Variables()
+	for _, name := range names {
+		if !read[name] {
+			t.Errorf("%s is listed but LoadFrom never reads it", name)
+		}
+	}
+	if len(read) != len(names) {
+		t.Errorf("LoadFrom read %d names, %d listed", len(read), len(names))
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("reading an unlisted name did not panic")
+		}
+	}()
+	listedOnly(env(nil))("MAILYARD_NOT_A_SETTING")
+}
+
+// The start-up log names every variable with its value, secrets masked, the
+// webhook safety switches included.
+func TestStringShowsEverySetting(t *testing.T) {
+	c, err := LoadFrom(env(map[string]string{
+		"MAILYARD_DATABASE_URL":                   "postgres://u:hunter2@db/x",
+		"MAILYARD_INTERNAL_TOKEN":                 "tok-secret",
+		"MAILYARD_ENCRYPTION_KEY":                 "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+		"MAILYARD_DNS_PUBLISHER":                  "rfc2136",
+		"MAILYARD_RFC2136_SERVER":                 "ns1.example.net:53",
+		"MAILYARD_RFC2136_TSIG":                   "upd.:hmac-sha256:c2VjcmV0LXRzaWc=",
+		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",
+		"MAILYARD_VERIFY_SCHEDULE":                "1m/10m,5m/1h",
+	}), NeedAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.String()
+	for _, name := range Variables() {
+		if !strings.Contains(s, name+"=") {
+			t.Errorf("%s missing from %s", name, s)
+		}
+	}
+	for _, want := range []string{
+		"MAILYARD_DATABASE_URL=postgres://u:***@db/x", "MAILYARD_INTERNAL_TOKEN=(set)", "MAILYARD_ENCRYPTION_KEY=(set)",
+		"MAILYARD_RFC2136_TSIG=upd.:hmac-sha256:(set)", "MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
+		"MAILYARD_WEBHOOK_ALLOW_HTTP=false", "MAILYARD_VERIFY_SCHEDULE=1m0s/10m0s,5m0s/1h0m0s", `MAILYARD_DNS_RESOLVER=""`,
+		"MAILYARD_RATE_LIMIT=20/s", "MAILYARD_DKIM_RETAIN=168h0m0s",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("%q missing from %s", want, s)
+		}
+	}
+	for _, secret := range []string{"hunter2", "tok-secret", "AAECAw", "c2VjcmV0"} {
+		if strings.Contains(s, secret) {
+			t.Errorf("%q printed: %s", secret, s)
+		}
+	}
+}
+
+// Need.Required names exactly the variables LoadFrom demands for that need.
+func TestRequiredMatchesLoadFrom(t *testing.T) {
+	for _, need := range []Need{NeedAPI, NeedWorker, NeedDNS, NeedMigrate, {}} {
+		_, err := LoadFrom(env(nil), need)
+		var got []string
+		if err != nil {
+			for _, line := range strings.Split(err.Error(), "\n") {
+				name, _, _ := strings.Cut(line, ":")
+				got = append(got, name)
+			}
+		}
+		if strings.Join(got, ",") != strings.Join(need.Required(), ",") {
+			t.Errorf("%+v: LoadFrom demands %v, Required says %v", need, got, need.Required())
+		}
+	}
+}

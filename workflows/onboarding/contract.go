@@ -8,9 +8,7 @@
 package onboarding
 
 import (
-	"fmt"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -134,25 +132,4 @@ func NextWait(schedule []Step, elapsed time.Duration) (time.Duration, bool) {
 		}
 	}
 	return 0, false
-}
-
-// ParseSchedule reads "every/until,..." such as "1m/10m,5m/1h,30m/72h" (the
-// default), the form of MAILYARD_VERIFY_SCHEDULE.
-func ParseSchedule(s string) ([]Step, error) {
-	var steps []Step
-	var last time.Duration
-	for _, part := range strings.Split(s, ",") {
-		every, until, ok := strings.Cut(strings.TrimSpace(part), "/")
-		if !ok {
-			return nil, fmt.Errorf("%q is not every/until (e.g. 5m/1h)", part)
-		}
-		e, err1 := time.ParseDuration(every)
-		u, err2 := time.ParseDuration(until)
-		if err1 != nil || err2 != nil || e <= 0 || u <= last {
-			return nil, fmt.Errorf("%q: durations must be positive and windows increasing", part)
-		}
-		steps = append(steps, Step{Every: e, Until: u})
-		last = u
-	}
-	return steps, nil
 }

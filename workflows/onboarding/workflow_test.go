@@ -11,6 +11,8 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/mailyard/mailyard/internal/config"
 )
 
 type workflowSuite struct {
@@ -177,14 +179,15 @@ func TestNextWait(t *testing.T) {
 	}
 }
 
-func TestParseSchedule(t *testing.T) {
-	steps, err := ParseSchedule("1m/10m,5m/1h,30m/72h")
-	if err != nil || len(steps) != 3 || steps[2] != DefaultSchedule[2] {
+// The documented default of MAILYARD_VERIFY_SCHEDULE is the workflow's default.
+func TestDocumentedDefaultSchedule(t *testing.T) {
+	steps, err := config.ParseSchedule("1m/10m,5m/1h,30m/72h")
+	if err != nil || len(steps) != len(DefaultSchedule) {
 		t.Fatalf("%v %v", steps, err)
 	}
-	for _, bad := range []string{"", "1m", "1m/10m,5m/5m", "0s/1m", "x/1h"} {
-		if _, err := ParseSchedule(bad); err == nil {
-			t.Errorf("%q accepted", bad)
+	for i, s := range steps {
+		if (Step{Every: s.Every, Until: s.Until}) != DefaultSchedule[i] {
+			t.Errorf("step %d: %+v, default %+v", i, s, DefaultSchedule[i])
 		}
 	}
 }
