@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/mailyard/mailyard/activities"
-	"github.com/mailyard/mailyard/internal/dnscheck"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
+	"github.com/mailyard/mailyard/internal/dnscheck"
 	"github.com/mailyard/mailyard/internal/dnspublish"
 	"github.com/mailyard/mailyard/internal/platformevents"
 	"github.com/mailyard/mailyard/internal/secrets"
@@ -36,7 +36,7 @@ func domainActivities(t *testing.T, resolver string) (*activities.Domains, *stor
 	a := &activities.Domains{
 		Store: st, Box: box, Publisher: dnspublish.NewEmbedded(st), DKIMHost: "dkim.mailyard.test",
 		// No webhook subscribes in these tests, so no delivery workflow is started.
-		Events: &platformevents.Emitter{Store: st, Runs: &deliveryruns.Runs{}},
+		Events:   &platformevents.Emitter{Store: st, Runs: &deliveryruns.Runs{}},
 		Verifier: &verification.Verifier{Store: st, Checker: checker, SPFHost: "spf.mailyard.test", BounceHost: "bounces.mailyard.test"},
 	}
 	ctx := context.Background()

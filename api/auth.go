@@ -12,7 +12,7 @@ import (
 	"github.com/mailyard/mailyard/internal/store"
 )
 
-// Permissions a key can carry (seed §5).
+// Permissions a key can carry (docs/credentials.md).
 const (
 	PermissionSend  = "send"
 	PermissionStats = "stats"

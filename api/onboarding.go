@@ -16,7 +16,7 @@ import (
 	"github.com/mailyard/mailyard/workflows/onboarding"
 )
 
-// verifyBudget keeps Verify inside the 10 s PRODUCT.md §4 promises, leaving time to
+// verifyBudget keeps Verify inside the 10 s README ("Verify") promises, leaving time to
 // read and answer.
 const verifyBudget = 9 * time.Second
 

@@ -22,7 +22,7 @@ import (
 	"github.com/mailyard/mailyard/internal/verification"
 )
 
-// maxBodyBytes is the request body limit of PRODUCT.md §2 (64 KiB). Huma answers
+// maxBodyBytes is the request body limit of the README (64 KiB). Huma answers
 // 413 when it reads this many bytes, so the limit it gets is one more.
 const maxBodyBytes = 64 << 10
 

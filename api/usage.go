@@ -9,7 +9,7 @@ import (
 	"github.com/mailyard/mailyard/internal/store"
 )
 
-// usageInterval is how often last_used_at may be written per key (PRODUCT.md §3).
+// usageInterval is how often last_used_at may be written per key (docs/credentials.md).
 const usageInterval = time.Minute
 
 // usageRecorder writes last_used_at off the request path. A request only drops the

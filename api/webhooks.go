@@ -15,7 +15,7 @@ import (
 	"github.com/mailyard/mailyard/internal/webhook"
 )
 
-// MaxWebhooksPerOrganization is the limit of PRODUCT.md §6. Creating one more
+// MaxWebhooksPerOrganization is the limit of docs/webhooks.md. Creating one more
 // answers 409 webhook_limit_reached: the request is valid, the organization's
 // state refuses it until a webhook is deleted.
 const MaxWebhooksPerOrganization = 20

@@ -22,7 +22,7 @@ import (
 
 const dataDir = ".data"
 
-// devDefaults are the embedded defaults of PRODUCT.md §8; a variable set in the
+// devDefaults are the embedded defaults of the README ("Set-up"); a variable set in the
 // environment still wins.
 var devDefaults = map[string]string{
 	"MAILYARD_DATABASE_URL":                   "sqlite://" + filepath.Join(dataDir, "mailyard.db"),

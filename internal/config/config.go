@@ -1,4 +1,4 @@
-// Package config reads Mailyard's configuration from the environment (PRODUCT.md §1).
+// Package config reads Mailyard's configuration from the environment (README "Configuration").
 //
 // Every process reads the same struct; each subcommand asks only for the parts it
 // needs, so `mailyard dns` does not demand an internal token it never uses.

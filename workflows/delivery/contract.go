@@ -25,7 +25,7 @@ const (
 // delivery is a new run under the same id.
 func WorkflowID(deliveryID string) string { return "webhook-delivery:" + deliveryID }
 
-// DefaultSchedule is the wait before each attempt (PRODUCT.md §6): eight
+// DefaultSchedule is the wait before each attempt (docs/webhooks.md): eight
 // attempts over about 28 hours. Every wait but the first gets ±20 % jitter.
 var DefaultSchedule = []time.Duration{
 	0,

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// jitterFraction is the ±20 % spread of PRODUCT.md §6. It keeps receivers that
+// jitterFraction is the ±20 % spread of docs/webhooks.md. It keeps receivers that
 // failed at the same moment from being retried all at the same moment.
 const jitterFraction = 0.2
 

@@ -51,7 +51,7 @@ type Step struct {
 	Until time.Duration
 }
 
-// DefaultSchedule is PRODUCT.md §4: every minute for 10 minutes, every 5 minutes
+// DefaultSchedule is the README's verification schedule: every minute for 10 minutes, every 5 minutes
 // until 1 hour, every 30 minutes until 72 hours; then the domain fails.
 var DefaultSchedule = []Step{
 	{Every: time.Minute, Until: 10 * time.Minute},

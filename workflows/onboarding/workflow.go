@@ -125,7 +125,7 @@ var keyOptions = workflow.ActivityOptions{
 	},
 }
 
-// A check answers within 10 s (PRODUCT.md §4); database hiccups are retried.
+// A check answers within 10 s (README "Verify"); database hiccups are retried.
 var checkOptions = workflow.ActivityOptions{
 	StartToCloseTimeout: 15 * time.Second,
 	RetryPolicy: &temporal.RetryPolicy{
