@@ -132,14 +132,17 @@ const eraseEvery = 30 * time.Second
 func (s *Server) erasePreviousSecrets(ctx context.Context) {
 	t := time.NewTicker(eraseEvery)
 	defer t.Stop()
+	// The first pass waits a period too, like the idempotency sweep: a process
+	// that just started has nothing urgent to erase (deliveries never use an
+	// expired secret).
 	for {
-		if _, err := s.store.ErasePreviousSecrets(ctx); err != nil && ctx.Err() == nil {
-			s.logger.Warn("erase expired previous signing secrets", "error", err)
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		if _, err := s.store.ErasePreviousSecrets(ctx); err != nil && ctx.Err() == nil {
+			s.logger.Warn("erase expired previous signing secrets", "error", err)
 		}
 	}
 }
