@@ -12,8 +12,10 @@ ELEMENTS_VER  := 9.0.25
 run: $(TEMPORAL_CLI) build
 	bin/mailyard dev
 
+# The same go build as deploy/Dockerfile (a static binary; make test checks the two
+# agree), so what runs locally is what ships.
 build:
-	$(GO) build -o bin/mailyard ./cmd/mailyard
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/mailyard ./cmd/mailyard
 
 migrate: build
 	bin/mailyard migrate up

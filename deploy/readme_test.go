@@ -1,0 +1,45 @@
+package deploy
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mailyard/mailyard/internal/config"
+)
+
+// toolVariables are read by `mailyard dev` and the tests, not by the configuration
+// of a deployed process, and are documented in the same table.
+var toolVariables = []string{"MAILYARD_TEMPORAL_CLI"}
+
+// The README's configuration table lists every variable the binary reads, and
+// nothing it does not.
+func TestReadmeConfigurationTable(t *testing.T) {
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "\n## Configuration\n")
+	if !ok {
+		t.Fatal("README.md has no ## Configuration section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var listed []string
+	for _, line := range strings.Split(section, "\n") {
+		if cells := strings.Split(line, "|"); len(cells) > 2 {
+			listed = append(listed, regexp.MustCompile(`(?:MAILYARD|TEMPORAL)_[A-Z0-9_]+`).FindAllString(cells[1], -1)...)
+		}
+	}
+	for _, name := range config.Variables() {
+		if !slices.Contains(listed, name) {
+			t.Errorf("%s is read by the configuration but not in the README's table", name)
+		}
+	}
+	for _, name := range listed {
+		if !slices.Contains(config.Variables(), name) && !slices.Contains(toolVariables, name) {
+			t.Errorf("%s is in the README's table but the configuration does not read it", name)
+		}
+	}
+}
