@@ -7,7 +7,7 @@ TEMPORAL_VER  := v1.5.1
 # The API reference UI at /docs (Stoplight Elements), embedded from api/docsui/elements.
 ELEMENTS_VER  := 9.0.25
 
-.PHONY: run test lint bench build migrate temporal clean docs-assets
+.PHONY: run test lint fuzz bench build migrate temporal clean docs-assets
 
 run: $(TEMPORAL_CLI) build
 	bin/mailyard dev
@@ -30,6 +30,32 @@ $(TEMPORAL_CLI):
 test: $(TEMPORAL_CLI)
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m ./...
+
+# Every fuzz test, as package:Target. `go test -fuzz` takes one target of one
+# package at a time, so they run one after the other, FUZZTIME each. Their seed
+# corpora (and inputs kept in testdata/fuzz) already run in `make test`.
+FUZZTIME      ?= 30s
+FUZZ_TARGETS  := \
+	./internal/domainname:FuzzNormalize \
+	./internal/domainname:FuzzNormalizeMailFrom \
+	./internal/keys:FuzzCheckAPIKey \
+	./internal/keys:FuzzDKIMRecordPublicKey \
+	./internal/webhook:FuzzValidateURL \
+	./internal/webhook:FuzzRetryAfter \
+	./internal/webhook:FuzzBuildBody \
+	./internal/dnsserver:FuzzServeDNS \
+	./api:FuzzPageCursor \
+	./api:FuzzIdempotencyKey
+
+fuzz:
+	@for f in $$(grep -rhoE '^func Fuzz[A-Za-z0-9_]+' --include='*_test.go' . | cut -c6-); do \
+		echo " $(FUZZ_TARGETS) " | grep -q ":$$f " || { echo "$$f is missing from FUZZ_TARGETS in the Makefile"; exit 1; }; \
+	done
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name in $$pkg for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

@@ -48,7 +48,9 @@ func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
 
 	q := req.Question[0]
 	name := dns.CanonicalName(q.Name)
-	if s.isDevName(name) && (q.Qclass == dns.ClassINET || q.Qclass == dns.ClassANY) {
+	// Zone transfers and meta types are refused for dev names too (by the
+	// switch below, as names outside the zone): a CNAME is no answer to them.
+	if s.isDevName(name) && (q.Qclass == dns.ClassINET || q.Qclass == dns.ClassANY) && !isTransferOrMeta(q.Qtype) {
 		return s.answerDev(ctx, q, resp)
 	}
 	switch {
@@ -109,6 +111,16 @@ func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
 		resp.Ns = append(resp.Ns, s.negativeSOA())
 	}
 	return resp
+}
+
+// isTransferOrMeta reports whether qtype asks for a zone transfer or is a
+// meta type (RFC 6895 §3.1), which name no record.
+func isTransferOrMeta(qtype uint16) bool {
+	switch qtype {
+	case dns.TypeAXFR, dns.TypeIXFR, dns.TypeOPT, dns.TypeTSIG:
+		return true
+	}
+	return false
 }
 
 // limitSize truncates a UDP answer to what the client can receive (512
