@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
 	"net/http"
 	"time"
 
@@ -96,6 +97,9 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 	}
 	// Built once: every delivery and every retry sends these bytes.
 	body, err := webhook.BuildBody(string(b.EventType), b.Timestamp, b.MessageID, b.ToEmail, b.Subject)
+	if errors.Is(err, webhook.ErrTimestampOutOfRange) {
+		return nil, fieldError("body.timestamp", err.Error())
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -125,6 +125,7 @@ func TestIngestRefusals(t *testing.T) {
 	h := newHarness(t)
 	internal := h.internal()
 	h.domainInStatus(h.orgID, "pending.example", store.DomainPending)
+	h.domainInStatus(h.orgID, "verified.example", store.DomainVerified)
 	for _, c := range []struct {
 		name     string
 		body     any
@@ -136,6 +137,12 @@ func TestIngestRefusals(t *testing.T) {
 		{"bad timestamp", func() map[string]any {
 			e := event("x4", "pending.example", "delivered")
 			e["timestamp"] = "yesterday"
+			return e
+		}(), "body.timestamp"},
+		{"timestamp after 9999 in UTC", func() map[string]any {
+			// Found by FuzzBuildBody: valid RFC 3339, but not in UTC.
+			e := event("x5", "verified.example", "delivered")
+			e["timestamp"] = "9999-12-31T23:59:59-01:00"
 			return e
 		}(), "body.timestamp"},
 		{"no event id", func() map[string]any { e := event("", "pending.example", "delivered"); return e }(), "body.event_id"},

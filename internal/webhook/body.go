@@ -21,6 +21,10 @@ type eventData struct {
 	Subject   string `json:"subject"`
 }
 
+// ErrTimestampOutOfRange refuses an event time whose UTC year RFC 3339 cannot
+// write (before 0000 or after 9999).
+var ErrTimestampOutOfRange = errors.New("the timestamp must fall between the years 0000 and 9999 in UTC")
+
 // BuildBody returns the JSON body of an email event's delivery, with the
 // timestamp in RFC 3339 UTC ("2026-11-21T10:00:00Z"). The bytes are built
 // once per delivery and stored, so every retry sends and signs the same bytes.
@@ -34,6 +38,11 @@ func BuildBody(eventType string, ts time.Time, messageID, toEmail, subject strin
 func BuildEnvelope(eventType string, ts time.Time, data any) ([]byte, error) {
 	if eventType == "" {
 		return nil, errors.New("event type is required")
+	}
+	// RFC 3339 has four-digit years; a time near year 10000 with an offset
+	// can still land outside them in UTC.
+	if y := ts.UTC().Year(); y < 0 || y > 9999 {
+		return nil, ErrTimestampOutOfRange
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

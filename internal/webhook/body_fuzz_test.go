@@ -11,7 +11,8 @@ import (
 
 // FuzzBuildBody feeds the ingest API's fields (and a raw JSON data object, as
 // platform events pass) through the body builder. Invariant: a body is either
-// refused with an error or is one line of valid JSON with exactly the
+// refused with an error (only for an empty event type or a UTC year outside
+// 0000..9999, which RFC 3339 cannot write) or is one line of valid JSON with exactly the
 // documented top-level fields in order, the timestamp in RFC 3339 UTC, and
 // the caller's strings back unchanged when they are valid UTF-8; building
 // twice gives the same bytes (retries send and sign the same body).
