@@ -1,13 +1,13 @@
 package delivery_test
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/mailyard/mailyard/internal/testenv"
 	"github.com/mailyard/mailyard/workflows/delivery"
 )
 
@@ -15,19 +15,7 @@ import (
 // code: a change that would break running deliveries fails here and needs
 // workflow.GetVersion.
 func TestReplayRecordedHistories(t *testing.T) {
-	files, err := filepath.Glob("testdata/webhook-delivery-v1-*.json")
-	if err != nil || len(files) < 5 {
-		t.Fatalf("recorded histories: %v %v", files, err)
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			r := sdkworker.NewWorkflowReplayer()
-			r.RegisterWorkflowWithOptions(delivery.Workflow, workflow.RegisterOptions{Name: delivery.WorkflowName})
-			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
-				t.Fatalf("replay: %v", err)
-			}
-		})
-	}
+	testenv.ReplayHistories(t, "testdata/webhook-delivery-v1-*.json", 5, delivery.Workflow, delivery.WorkflowName)
 }
 
 // pauseFirst is a change to the workflow: a short pause before the first

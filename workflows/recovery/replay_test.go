@@ -1,12 +1,12 @@
 package recovery_test
 
 import (
-	"path/filepath"
 	"testing"
 
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/mailyard/mailyard/internal/testenv"
 	"github.com/mailyard/mailyard/workflows/recovery"
 )
 
@@ -14,19 +14,7 @@ import (
 // code: a change that would break running recoveries fails here and needs
 // workflow.GetVersion.
 func TestReplayRecordedHistories(t *testing.T) {
-	files, err := filepath.Glob("testdata/webhook-recovery-v1-*.json")
-	if err != nil || len(files) < 2 {
-		t.Fatalf("recorded histories: %v %v", files, err)
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			r := sdkworker.NewWorkflowReplayer()
-			r.RegisterWorkflowWithOptions(recovery.Workflow, workflow.RegisterOptions{Name: recovery.WorkflowName})
-			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
-				t.Fatalf("replay: %v", err)
-			}
-		})
-	}
+	testenv.ReplayHistories(t, "testdata/webhook-recovery-v1-*.json", 2, recovery.Workflow, recovery.WorkflowName)
 }
 
 // An unversioned change (a pause before the first page) is caught by replay.
