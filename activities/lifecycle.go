@@ -26,6 +26,19 @@ func goneOr(domainID int64, err error) error {
 	return err
 }
 
+// liveDomain reads a domain a rotation step acts on; a deleted one ends the
+// rotation.
+func (a *Domains) liveDomain(ctx context.Context, domainID int64) (*store.Domain, error) {
+	d, err := a.Store.DomainByID(ctx, domainID)
+	if err != nil {
+		return nil, goneOr(domainID, err)
+	}
+	if d.DeletedAt != nil {
+		return nil, errDomainGone(domainID)
+	}
+	return d, nil
+}
+
 // LoadDKIMRotationPlan tells the rotation workflow when to rotate next.
 func (a *Domains) LoadDKIMRotationPlan(ctx context.Context, domainID int64) (rotation.Plan, error) {
 	d, err := a.Store.DomainByID(ctx, domainID)
@@ -59,12 +72,9 @@ func (a *Domains) BeginDKIMRotation(ctx context.Context, domainID int64) (rotati
 // standby key, as a receiver verifying a signature would see it. A failed
 // look-up is "not yet": the workflow checks again later.
 func (a *Domains) ConfirmDKIMStandby(ctx context.Context, domainID int64) (bool, error) {
-	d, err := a.Store.DomainByID(ctx, domainID)
+	d, err := a.liveDomain(ctx, domainID)
 	if err != nil {
-		return false, goneOr(domainID, err)
-	}
-	if d.DeletedAt != nil {
-		return false, errDomainGone(domainID)
+		return false, err
 	}
 	standby, err := a.Store.DKIMKeyInState(ctx, domainID, store.DKIMStandby)
 	if err != nil {
@@ -109,12 +119,9 @@ func (a *Domains) SwitchDKIMKeys(ctx context.Context, domainID int64) (rotation.
 // standby while the old key is retired and its private key erased. Each part
 // is idempotent, so a retry after a crash finishes the same replacement.
 func (a *Domains) ReplaceDKIMKey(ctx context.Context, domainID int64) error {
-	d, err := a.Store.DomainByID(ctx, domainID)
+	d, err := a.liveDomain(ctx, domainID)
 	if err != nil {
-		return goneOr(domainID, err)
-	}
-	if d.DeletedAt != nil {
-		return errDomainGone(domainID)
+		return err
 	}
 	if d.RotationStatus == nil || *d.RotationStatus != store.RotationSwitched {
 		return nil // already replaced

@@ -88,20 +88,8 @@ func (l *domainLifecycle) Rotate(ctx context.Context, domainID int64) (RotationS
 
 // rotationFromStore describes a rotation the workflow accepted but has not begun.
 func (l *domainLifecycle) rotationFromStore(ctx context.Context, domainID int64) (RotationStarted, error) {
-	out := RotationStarted{Status: rotation.StatusWaitingForDNS}
-	ks, err := l.store.CurrentDKIMKeys(ctx, domainID)
-	if err != nil {
-		return out, err
-	}
-	for _, k := range ks {
-		switch k.State {
-		case store.DKIMActive:
-			out.ActiveSelector = k.Selector
-		case store.DKIMStandby:
-			out.NextSelector = k.Selector
-		}
-	}
-	return out, nil
+	r, err := l.store.CurrentDKIMRotation(ctx, domainID)
+	return RotationStarted{Status: rotation.StatusWaitingForDNS, ActiveSelector: r.ActiveSelector, NextSelector: r.StandbySelector}, err
 }
 
 // SettingsChanged tells the domain's rotation workflow (started if it is not

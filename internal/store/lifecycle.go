@@ -40,6 +40,21 @@ func (s *Store) lockDomain(ctx context.Context, tx bun.Tx, id int64) (*Domain, e
 	return d, notFound(q.Scan(ctx))
 }
 
+// inLiveDomainTx runs fn in a transaction with the domain's row locked; a
+// deleted domain is ErrNotFound.
+func (s *Store) inLiveDomainTx(ctx context.Context, id int64, fn func(context.Context, bun.Tx, *Domain) error) error {
+	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		d, err := s.lockDomain(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if d.DeletedAt != nil {
+			return ErrNotFound
+		}
+		return fn(ctx, tx, d)
+	})
+}
+
 // DeleteDomainForCustomer takes a domain away from its organization in one
 // transaction: it leaves every list and answers 404 from then on, and every
 // credential scoped to it is revoked (the next request with one gets 401, on
@@ -137,14 +152,7 @@ func rotationOf(ctx context.Context, db bun.IDB, d *Domain) (DKIMRotation, error
 // rotation already under way it returns that rotation unchanged.
 func (s *Store) BeginRotation(ctx context.Context, domainID int64) (DKIMRotation, error) {
 	var r DKIMRotation
-	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		d, err := s.lockDomain(ctx, tx, domainID)
-		if err != nil {
-			return err
-		}
-		if d.DeletedAt != nil {
-			return ErrNotFound
-		}
+	err := s.inLiveDomainTx(ctx, domainID, func(ctx context.Context, tx bun.Tx, d *Domain) error {
 		if !d.RotationInProgress() {
 			if d.Status != DomainVerified {
 				return ErrDomainNotVerified
@@ -155,6 +163,7 @@ func (s *Store) BeginRotation(ctx context.Context, domainID int64) (DKIMRotation
 				return err
 			}
 		}
+		var err error
 		r, err = rotationOf(ctx, tx, d)
 		return err
 	})
@@ -166,14 +175,7 @@ func (s *Store) BeginRotation(ctx context.Context, domainID int64) (DKIMRotation
 // the rotation unchanged instead of switching back.
 func (s *Store) SwitchActiveKey(ctx context.Context, domainID int64) (DKIMRotation, error) {
 	var r DKIMRotation
-	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		d, err := s.lockDomain(ctx, tx, domainID)
-		if err != nil {
-			return err
-		}
-		if d.DeletedAt != nil {
-			return ErrNotFound
-		}
+	err := s.inLiveDomainTx(ctx, domainID, func(ctx context.Context, tx bun.Tx, d *Domain) error {
 		if d.RotationStatus != nil && *d.RotationStatus == RotationWaitingForDNS {
 			if _, err := tx.NewUpdate().Model((*DKIMKey)(nil)).
 				Set("state = CASE WHEN state = ? THEN ? ELSE ? END", DKIMActive, DKIMStandby, DKIMActive).
@@ -187,6 +189,7 @@ func (s *Store) SwitchActiveKey(ctx context.Context, domainID int64) (DKIMRotati
 				return err
 			}
 		}
+		var err error
 		r, err = rotationOf(ctx, tx, d)
 		return err
 	})
@@ -225,4 +228,14 @@ func (s *Store) FinishRotation(ctx context.Context, domainID, replacementID int6
 			Where("id = ?", domainID).Exec(ctx)
 		return err
 	})
+}
+
+// CurrentDKIMRotation reads a domain's rotation status and the selectors of its
+// active and standby keys.
+func (s *Store) CurrentDKIMRotation(ctx context.Context, domainID int64) (DKIMRotation, error) {
+	d, err := s.DomainByID(ctx, domainID)
+	if err != nil {
+		return DKIMRotation{}, err
+	}
+	return rotationOf(ctx, s.DB, d)
 }
