@@ -59,33 +59,60 @@ func (s *Store) IngestEvent(ctx context.Context, ev *Event, orgIDs []int64, body
 				Where("event_id = ?", ev.ID).OrderExpr("id").Scan(ctx)
 		}
 		created = true
-		if len(orgIDs) == 0 {
-			return nil
-		}
-		var hooks []Webhook
-		if err := tx.NewSelect().Model(&hooks).Column("id", "organization_id", "event_types").
-			Where("organization_id IN (?)", bun.In(orgIDs)).Where("status = ?", WebhookEnabled).
-			OrderExpr("id").Scan(ctx); err != nil {
-			return err
-		}
-		for _, h := range hooks {
-			if !h.EventTypes.Has(ev.EventType) {
-				continue
-			}
-			id, err := newID()
-			if err != nil {
-				return err
-			}
-			deliveries = append(deliveries, Delivery{
-				ID: id, OrganizationID: h.OrganizationID, WebhookID: h.ID, EventID: &ev.ID,
-				EventType: ev.EventType, Body: body, Status: DeliveryPending, CreatedAt: ev.CreatedAt,
-			})
-		}
-		if len(deliveries) == 0 {
-			return nil
-		}
-		_, err = tx.NewInsert().Model(&deliveries).Exec(ctx)
+		deliveries, err = fanOutEvent(ctx, tx, ev, orgIDs, body, newID)
 		return err
 	})
 	return deliveries, created, err
+}
+
+// StageEmailEvent stores the outcome event of an email Mailyard sent, with
+// one pending delivery per enabled webhook of the sending organization that
+// subscribes to its type, in db (the transaction that records the outcome).
+// Its event_id makes it idempotent like an ingested event: a repeat creates
+// nothing and returns no deliveries.
+func StageEmailEvent(ctx context.Context, db bun.IDB, ev *Event, orgID int64, body []byte, newID func() (string, error)) ([]Delivery, error) {
+	if ev.CreatedAt.IsZero() {
+		ev.CreatedAt = now()
+	}
+	res, err := db.NewInsert().Model(ev).On("CONFLICT (event_id) DO NOTHING").Returning("id").Exec(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil, nil
+	}
+	return fanOutEvent(ctx, db, ev, []int64{orgID}, body, newID)
+}
+
+// fanOutEvent stores one pending delivery of a stored event per enabled
+// webhook of orgIDs that subscribes to its type.
+func fanOutEvent(ctx context.Context, db bun.IDB, ev *Event, orgIDs []int64, body []byte, newID func() (string, error)) ([]Delivery, error) {
+	if len(orgIDs) == 0 {
+		return nil, nil
+	}
+	var hooks []Webhook
+	if err := db.NewSelect().Model(&hooks).Column("id", "organization_id", "event_types").
+		Where("organization_id IN (?)", bun.In(orgIDs)).Where("status = ?", WebhookEnabled).
+		OrderExpr("id").Scan(ctx); err != nil {
+		return nil, err
+	}
+	var deliveries []Delivery
+	for _, h := range hooks {
+		if !h.EventTypes.Has(ev.EventType) {
+			continue
+		}
+		id, err := newID()
+		if err != nil {
+			return nil, err
+		}
+		deliveries = append(deliveries, Delivery{
+			ID: id, OrganizationID: h.OrganizationID, WebhookID: h.ID, EventID: &ev.ID,
+			EventType: ev.EventType, Body: body, Status: DeliveryPending, CreatedAt: ev.CreatedAt,
+		})
+	}
+	if len(deliveries) == 0 {
+		return nil, nil
+	}
+	_, err := db.NewInsert().Model(&deliveries).Exec(ctx)
+	return deliveries, err
 }

@@ -5,6 +5,8 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/mailyard/mailyard/workflows/internal/jitter"
 )
 
 // attemptOptions bound one attempt. The HTTP exchange itself is limited to
@@ -37,7 +39,7 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 
 	var retryAfter time.Duration
 	for i := range schedule {
-		wait := jittered(schedule[i], in.DeliveryID, i+1)
+		wait := jitter.Spread(schedule[i], in.DeliveryID, i+1)
 		if retryAfter > 0 {
 			wait = clampRetryAfter(retryAfter, schedule, i, wait)
 		}

@@ -11,6 +11,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/mailyard/mailyard/workflows/internal/jitter"
 )
 
 const testDeliveryID = "0193a5c4-2f00-7000-8000-000000000001"
@@ -121,7 +123,7 @@ func TestGoneStopsAtOnce(t *testing.T) {
 // 5 min and 30 min, so a Retry-After is honoured between the (jittered) 5 min
 // and 35 min.
 func TestRetryAfterClampedToNextTwoSteps(t *testing.T) {
-	next := jittered(DefaultSchedule[2], testDeliveryID, 3)
+	next := jitter.Spread(DefaultSchedule[2], testDeliveryID, 3)
 	cases := []struct {
 		name       string
 		retryAfter time.Duration
@@ -179,26 +181,5 @@ func TestAttemptErrorEndsTheWorkflow(t *testing.T) {
 	env.ExecuteWorkflow(WorkflowName, Input{DeliveryID: testDeliveryID})
 	if err := env.GetWorkflowError(); err == nil {
 		t.Fatal("workflow succeeded")
-	}
-}
-
-func TestJitterIsDeterministicAndBounded(t *testing.T) {
-	seen := map[time.Duration]bool{}
-	for i := range 200 {
-		id := testDeliveryID[:len(testDeliveryID)-3] + string(rune('a'+i%26)) + string(rune('a'+i/26))
-		d := jittered(time.Hour, id, 2)
-		if d != jittered(time.Hour, id, 2) {
-			t.Fatal("jitter differs between calls")
-		}
-		if d < 48*time.Minute || d > 72*time.Minute {
-			t.Fatalf("jittered hour %s outside ±20 %%", d)
-		}
-		seen[d.Truncate(time.Minute)] = true
-	}
-	if len(seen) < 15 {
-		t.Fatalf("jitter hardly spreads: %d distinct minutes", len(seen))
-	}
-	if jittered(0, testDeliveryID, 1) != 0 {
-		t.Fatal("the first attempt is delayed")
 	}
 }

@@ -1,0 +1,344 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// Email statuses (docs/sending.md): queued until every recipient is final.
+const (
+	EmailQueued = "queued"
+	EmailSent   = "sent"
+)
+
+// Recipient statuses (docs/sending.md). queued and deferred are pending; the
+// others are final.
+const (
+	RecipientQueued     = "queued"
+	RecipientDeferred   = "deferred"
+	RecipientDelivered  = "delivered"
+	RecipientBounced    = "bounced"
+	RecipientSuppressed = "suppressed"
+)
+
+// pendingRecipientStatuses are the statuses an attempt still sends to.
+var pendingRecipientStatuses = []string{RecipientQueued, RecipientDeferred}
+
+// Email is one email sent through the API. Content and SignedMessage hold
+// personal data and are erased after the retention time; the envelope
+// columns stay for the email's log.
+type Email struct {
+	bun.BaseModel `bun:"table:emails"`
+
+	ID             string `bun:"id,pk"`
+	OrganizationID int64  `bun:"organization_id,notnull"`
+	DomainID       int64  `bun:"domain_id,notnull"`
+	Status         string `bun:"status,notnull"`
+	FromAddress    string `bun:"from_address,notnull"`
+	// To and Cc are JSON arrays of the header addresses as given.
+	To      AddressList `bun:"to_addresses,notnull"`
+	Cc      AddressList `bun:"cc_addresses,notnull"`
+	Subject string      `bun:"subject,notnull"`
+	// Content is the validated request as JSON (nil once erased).
+	Content []byte `bun:"content"`
+	// SignedMessage is the DKIM-signed message every attempt sends (nil
+	// until the first delivery step builds it, and once erased).
+	SignedMessage []byte     `bun:"signed_message"`
+	DKIMSelector  *string    `bun:"dkim_selector"`
+	AcceptedAt    *time.Time `bun:"accepted_at"`
+	CreatedAt     time.Time  `bun:"created_at,notnull"`
+	SentAt        *time.Time `bun:"sent_at"`
+	ErasedAt      *time.Time `bun:"erased_at"`
+}
+
+// AddressList is a list of addresses stored as a JSON array (a display name
+// may hold a comma, so the comma lists of other tables do not fit).
+type AddressList []string
+
+// Value implements driver.Valuer.
+func (l AddressList) Value() (any, error) {
+	if l == nil {
+		l = AddressList{}
+	}
+	b, err := json.Marshal([]string(l))
+	return string(b), err
+}
+
+// Scan implements sql.Scanner.
+func (l *AddressList) Scan(src any) error {
+	var raw []byte
+	switch v := src.(type) {
+	case string:
+		raw = []byte(v)
+	case []byte:
+		raw = v
+	case nil:
+		*l = nil
+		return nil
+	default:
+		return errors.New("address list: unexpected column type")
+	}
+	return json.Unmarshal(raw, (*[]string)(l))
+}
+
+// EmailRecipient is one envelope recipient and where its delivery stands.
+type EmailRecipient struct {
+	bun.BaseModel `bun:"table:email_recipients"`
+
+	EmailID      string    `bun:"email_id,pk"`
+	Position     int       `bun:"position,pk"`
+	Address      string    `bun:"address,notnull"`
+	Status       string    `bun:"status,notnull"`
+	Attempts     int       `bun:"attempts,notnull"`
+	SMTPCode     *int      `bun:"smtp_code"`
+	LastResponse *string   `bun:"last_response"`
+	UpdatedAt    time.Time `bun:"updated_at,notnull"`
+}
+
+// Final reports whether the recipient's delivery has ended.
+func (r *EmailRecipient) Final() bool {
+	return r.Status != RecipientQueued && r.Status != RecipientDeferred
+}
+
+// CreateEmail stores an email and its recipients (all queued) in one
+// transaction.
+func (s *Store) CreateEmail(ctx context.Context, e *Email, recipients []string) error {
+	at := now()
+	e.CreatedAt, e.Status = at, EmailQueued
+	rows := make([]EmailRecipient, len(recipients))
+	for i, addr := range recipients {
+		rows[i] = EmailRecipient{EmailID: e.ID, Position: i, Address: addr, Status: RecipientQueued, UpdatedAt: at}
+	}
+	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewInsert().Model(e).Exec(ctx); err != nil {
+			return err
+		}
+		_, err := tx.NewInsert().Model(&rows).Exec(ctx)
+		return err
+	})
+}
+
+// DeleteUnstartedEmail removes an email whose workflow could not be started,
+// so a request answered 503 leaves nothing behind. Nothing refers to it yet:
+// events and statistics are written only by the workflow's steps.
+func (s *Store) DeleteUnstartedEmail(ctx context.Context, id string) error {
+	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewDelete().Model((*EmailRecipient)(nil)).Where("email_id = ?", id).Exec(ctx); err != nil {
+			return err
+		}
+		_, err := tx.NewDelete().Model((*Email)(nil)).Where("id = ?", id).Where("accepted_at IS NULL").Exec(ctx)
+		return err
+	})
+}
+
+// EmailScope limits what a key sees of the organization's emails: a
+// domain-scoped key sees its domain's only.
+type EmailScope struct {
+	OrganizationID int64
+	DomainID       *int64
+}
+
+func (sc EmailScope) apply(q *bun.SelectQuery) *bun.SelectQuery {
+	q = q.Where("organization_id = ?", sc.OrganizationID)
+	if sc.DomainID != nil {
+		q = q.Where("domain_id = ?", *sc.DomainID)
+	}
+	return q
+}
+
+// EmailInScope reads an email the scope may see, with its recipients in
+// request order; any other id is ErrNotFound.
+func (s *Store) EmailInScope(ctx context.Context, sc EmailScope, id string) (*Email, []EmailRecipient, error) {
+	e := new(Email)
+	if err := sc.apply(s.DB.NewSelect().Model(e).ExcludeColumn("content", "signed_message").Where("id = ?", id)).Scan(ctx); err != nil {
+		return nil, nil, notFound(err)
+	}
+	byEmail, err := s.recipientsOf(ctx, []string{e.ID})
+	return e, byEmail[e.ID], err
+}
+
+// ListEmails pages through the emails the scope may see, newest first, with
+// each email's recipients.
+func (s *Store) ListEmails(ctx context.Context, sc EmailScope, page Page) ([]Email, map[string][]EmailRecipient, bool, error) {
+	emails := []Email{}
+	q := sc.apply(s.DB.NewSelect().Model(&emails).ExcludeColumn("content", "signed_message"))
+	more, err := scanPage(ctx, q, &emails, "id", Descending, page)
+	if err != nil || len(emails) == 0 {
+		return emails, nil, more, err
+	}
+	ids := make([]string, len(emails))
+	for i := range emails {
+		ids[i] = emails[i].ID
+	}
+	byEmail, err := s.recipientsOf(ctx, ids)
+	return emails, byEmail, more, err
+}
+
+func (s *Store) recipientsOf(ctx context.Context, ids []string) (map[string][]EmailRecipient, error) {
+	var rows []EmailRecipient
+	if err := s.DB.NewSelect().Model(&rows).Where("email_id IN (?)", bun.In(ids)).
+		OrderExpr("email_id, position").Scan(ctx); err != nil {
+		return nil, err
+	}
+	out := make(map[string][]EmailRecipient, len(ids))
+	for _, r := range rows {
+		out[r.EmailID] = append(out[r.EmailID], r)
+	}
+	return out, nil
+}
+
+// EmailForDelivery reads an email with its content and signed message, and
+// its domain, for the delivery steps. A deleted email (its workflow started
+// but the API answered 503) is ErrNotFound.
+func (s *Store) EmailForDelivery(ctx context.Context, id string) (*Email, *Domain, error) {
+	e := new(Email)
+	if err := s.DB.NewSelect().Model(e).Where("id = ?", id).Scan(ctx); err != nil {
+		return nil, nil, notFound(err)
+	}
+	d := new(Domain)
+	if err := s.DB.NewSelect().Model(d).Where("id = ?", e.DomainID).Scan(ctx); err != nil {
+		return nil, nil, err
+	}
+	return e, d, nil
+}
+
+// SaveSignedMessage stores the signed message of an email unless one is
+// already stored, and returns the one stored either way: a step retried
+// after a crash sends what the first run stored, so every attempt sends the
+// same bytes.
+func (s *Store) SaveSignedMessage(ctx context.Context, id string, signed []byte, selector string) ([]byte, error) {
+	_, err := s.DB.NewUpdate().Model((*Email)(nil)).
+		Set("signed_message = ?", signed).Set("dkim_selector = ?", selector).
+		Where("id = ?", id).Where("signed_message IS NULL").Where("erased_at IS NULL").Exec(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var stored []byte
+	err = s.DB.NewSelect().Model((*Email)(nil)).Column("signed_message").Where("id = ?", id).Scan(ctx, &stored)
+	return stored, notFound(err)
+}
+
+// MarkEmailAccepted records that the email's recipients were counted as
+// accepted, and runs count in the same transaction only the first time.
+func (s *Store) MarkEmailAccepted(ctx context.Context, id string, count func(context.Context, bun.IDB) error) error {
+	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		res, err := tx.NewUpdate().Model((*Email)(nil)).Set("accepted_at = ?", now()).
+			Where("id = ?", id).Where("accepted_at IS NULL").Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil
+		}
+		return count(ctx, tx)
+	})
+}
+
+// PendingRecipients lists the recipients an attempt still sends to.
+func (s *Store) PendingRecipients(ctx context.Context, emailID string) ([]EmailRecipient, error) {
+	var rows []EmailRecipient
+	err := s.DB.NewSelect().Model(&rows).Where("email_id = ?", emailID).
+		Where("status IN (?)", bun.In(pendingRecipientStatuses)).OrderExpr("position").Scan(ctx)
+	return rows, err
+}
+
+// RecipientChange is the outcome of one attempt (or one decision) for one
+// recipient.
+type RecipientChange struct {
+	Position int
+	Status   string
+	// Attempted counts an SMTP attempt; a recipient suppressed or bounced
+	// before any attempt has none.
+	Attempted bool
+	SMTPCode  *int
+	Response  string
+}
+
+// ChangeRecipient moves a pending recipient to the change's status and, in
+// the same transaction, runs effects (storing the outcome's event, counting
+// it, suppressing the address) with the recipient's status before the change.
+// A recipient already final is left alone and effects do not run, so an
+// outcome recorded once is never announced twice, however often the step
+// that found it is retried. It reports whether the change was made.
+func (s *Store) ChangeRecipient(ctx context.Context, emailID string, c RecipientChange, effects func(ctx context.Context, tx bun.IDB, before string) error) (bool, error) {
+	changed := false
+	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		changed = false
+		var before string
+		q := tx.NewSelect().Model((*EmailRecipient)(nil)).Column("status").
+			Where("email_id = ?", emailID).Where("position = ?", c.Position).
+			Where("status IN (?)", bun.In(pendingRecipientStatuses))
+		if s.IsPostgres() {
+			// Two runs of the same step take turns; SQLite's immediate
+			// transactions already serialise writers.
+			q = q.For("UPDATE")
+		}
+		err := q.Scan(ctx, &before)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		u := tx.NewUpdate().Model((*EmailRecipient)(nil)).
+			Set("status = ?", c.Status).Set("updated_at = ?", now()).
+			Where("email_id = ?", emailID).Where("position = ?", c.Position)
+		if c.Attempted {
+			u = u.Set("attempts = attempts + 1").Set("smtp_code = ?", c.SMTPCode).Set("last_response = ?", c.Response)
+		} else if c.Response != "" {
+			u = u.Set("last_response = ?", c.Response)
+		}
+		if _, err := u.Exec(ctx); err != nil {
+			return err
+		}
+		changed = true
+		if effects == nil {
+			return nil
+		}
+		return effects(ctx, tx, before)
+	})
+	return changed, err
+}
+
+// FinishEmailIfDone marks the email sent once no recipient is pending, and
+// reports whether it is sent.
+func (s *Store) FinishEmailIfDone(ctx context.Context, emailID string) (bool, error) {
+	pending, err := s.DB.NewSelect().Model((*EmailRecipient)(nil)).Where("email_id = ?", emailID).
+		Where("status IN (?)", bun.In(pendingRecipientStatuses)).Count(ctx)
+	if err != nil || pending > 0 {
+		return false, err
+	}
+	_, err = s.DB.NewUpdate().Model((*Email)(nil)).Set("status = ?", EmailSent).Set("sent_at = ?", now()).
+		Where("id = ?", emailID).Where("status = ?", EmailQueued).Exec(ctx)
+	return err == nil, err
+}
+
+// EraseEmailContent erases the stored content and signed message of an email.
+func (s *Store) EraseEmailContent(ctx context.Context, emailID string) error {
+	_, err := s.DB.NewUpdate().Model((*Email)(nil)).
+		Set("content = NULL").Set("signed_message = NULL").Set("erased_at = COALESCE(erased_at, ?)", now()).
+		Where("id = ?", emailID).Exec(ctx)
+	return err
+}
+
+// PendingEmailDeliveries lists the webhook deliveries of an email's events
+// that are still pending, so a step retried after a crash can start the
+// delivery workflows the crash left unstarted.
+func (s *Store) PendingEmailDeliveries(ctx context.Context, emailID string) ([]string, error) {
+	var ids []string
+	err := s.DB.NewSelect().TableExpr("deliveries AS d").Column("d.id").
+		Join("JOIN events AS ev ON ev.id = d.event_id").
+		Where("ev.event_id LIKE ?", EmailEventIDPrefix(emailID)+"%").
+		Where("d.status = ?", DeliveryPending).OrderExpr("d.id").Scan(ctx, &ids)
+	return ids, err
+}
+
+// EmailEventIDPrefix starts the event_id of every outcome event of an email:
+// "mailyard:<email_id>:<position>" is unique per recipient, which makes the
+// outcome's event idempotent like any ingested event.
+func EmailEventIDPrefix(emailID string) string { return "mailyard:" + emailID + ":" }
