@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -23,8 +24,20 @@ const (
 const bearerScheme = "bearer"
 
 // permissionMetadata is the Operation.Metadata key holding the permission an
-// operation needs; operations of this document all need admin.
+// operation needs (a string), or the permissions any one of which admits
+// ([]string); without it an operation needs admin.
 const permissionMetadata = "mailyard-permission"
+
+// requiredPermissions reads an operation's permission metadata.
+func requiredPermissions(op *huma.Operation) []string {
+	switch need := op.Metadata[permissionMetadata].(type) {
+	case string:
+		return []string{need}
+	case []string:
+		return need
+	}
+	return []string{PermissionAdmin}
+}
 
 // Principal is the authenticated key behind a request.
 type Principal struct {
@@ -105,12 +118,9 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	if !s.admitRate(ctx, key.ID) {
 		return
 	}
-	need, _ := op.Metadata[permissionMetadata].(string)
-	if need == "" {
-		need = PermissionAdmin
-	}
-	if !key.Permissions.Has(need) {
-		fail(NewAPIError(http.StatusForbidden, CodeForbidden, "this API key lacks the "+need+" permission"))
+	need := requiredPermissions(op)
+	if !slices.ContainsFunc(need, key.Permissions.Has) {
+		fail(NewAPIError(http.StatusForbidden, CodeForbidden, "this API key lacks the "+strings.Join(need, " or ")+" permission"))
 		return
 	}
 

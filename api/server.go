@@ -36,6 +36,8 @@ type Deps struct {
 	Verifier *verification.Verifier
 	// DeliverySchedule overrides the webhook retry schedule (tests).
 	DeliverySchedule []time.Duration
+	// EmailSchedule overrides the email retry schedule (tests).
+	EmailSchedule []time.Duration
 	// IdempotencyWait overrides how long a request waits for the answer of the
 	// same request still running before 409 idempotency_in_progress (tests).
 	IdempotencyWait time.Duration
@@ -56,6 +58,9 @@ type Server struct {
 	box *secrets.Box
 
 	idempotencyWait time.Duration
+	// emailSchedule is the retry schedule new emails start with (nil: the
+	// default).
+	emailSchedule []time.Duration
 
 	onboarding *onboardingRuns
 	lifecycle  *domainLifecycle
@@ -76,6 +81,7 @@ func New(d Deps) *Server {
 		s.box, _ = secrets.New(d.Config.EncryptionKey)
 	}
 	s.idempotencyWait = d.IdempotencyWait
+	s.emailSchedule = d.EmailSchedule
 	if s.idempotencyWait <= 0 {
 		s.idempotencyWait = defaultIdempotencyWait
 	}
@@ -93,6 +99,7 @@ func New(d Deps) *Server {
 	s.registerDomainLifecycle()
 	s.registerCredentials()
 	s.registerWebhooks()
+	s.registerEmails()
 	documentResponseHeaders(s.api.OpenAPI())
 	// The reference UI from the binary (Huma's own /docs loads it from a CDN).
 	docsui.Register(mux, docsui.Options{Path: "/docs", Title: "Mailyard API Reference", OpenAPIURL: "/openapi.json"})
@@ -164,7 +171,9 @@ func humaConfig(title, description, bearerDoc string) huma.Config {
 // register adds an operation with the conventions every operation shares: the body
 // limit, the bearer scheme and the permission it needs, and the error responses.
 func register[I, O any](s *Server, op huma.Operation, handler func(context.Context, *I) (*O, error)) {
-	op.MaxBodyBytes = maxBodyBytes + 1
+	if op.MaxBodyBytes == 0 {
+		op.MaxBodyBytes = maxBodyBytes + 1
+	}
 	if op.Metadata == nil {
 		op.Metadata = map[string]any{}
 	}

@@ -50,6 +50,12 @@ type Config struct {
 	// RateLimit is the token bucket of every API key (MAILYARD_RATE_LIMIT).
 	RateLimit RateLimit
 
+	// SMTP is how emails leave (docs/sending.md).
+	SMTP SMTP
+	// EmailRetention is how long a sent email's message is kept before it
+	// is erased.
+	EmailRetention time.Duration
+
 	// VerifySchedule is how often the onboarding workflow checks DNS; empty means
 	// the workflow's default. Plain data: the API turns it into the workflow's input,
 	// so the configuration does not depend on any workflow package.
@@ -92,6 +98,62 @@ func formatSchedule(steps []ScheduleStep) string {
 		parts[i] = s.Every.String() + "/" + s.Until.String()
 	}
 	return strings.Join(parts, ",")
+}
+
+// SMTP is the transport of outgoing email (MAILYARD_SMTP_*).
+type SMTP struct {
+	// Mode is "mx" (each recipient domain's mail servers) or "relay".
+	Mode string
+	// Port is the port of the recipients' mail servers in mx mode.
+	Port int
+	// HELO is the name Mailyard gives in EHLO.
+	HELO string
+	// TLS is "opportunistic" (STARTTLS when offered) or "required".
+	TLS string
+	// AllowPrivateNetworks lets mx mode connect to special-purpose
+	// addresses such as loopback (tests and development only).
+	AllowPrivateNetworks bool
+	// Relay is the host:port of the relay in relay mode; RelayImplicitTLS
+	// speaks TLS from the first byte (port 465) instead of STARTTLS.
+	Relay            string
+	RelayImplicitTLS bool
+	RelayUsername    string
+	RelayPassword    string
+}
+
+// load checks the SMTP settings and reads the port.
+func (s *SMTP) load(port string) []error {
+	var errs []error
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		errs = append(errs, fmt.Errorf("MAILYARD_SMTP_PORT: %q is not a port number", port))
+	} else {
+		s.Port = n
+	}
+	switch s.Mode {
+	case "mx":
+	case "relay":
+		if _, _, err := net.SplitHostPort(s.Relay); err != nil {
+			errs = append(errs, fmt.Errorf("MAILYARD_SMTP_RELAY: %q is not a host:port address (required when MAILYARD_SMTP_MODE=relay)", s.Relay))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("MAILYARD_SMTP_MODE: %q is not one of mx, relay", s.Mode))
+	}
+	if s.TLS != "opportunistic" && s.TLS != "required" {
+		errs = append(errs, fmt.Errorf("MAILYARD_SMTP_TLS: %q is not one of opportunistic, required", s.TLS))
+	}
+	if (s.RelayUsername == "") != (s.RelayPassword == "") {
+		errs = append(errs, errors.New("MAILYARD_SMTP_RELAY_USERNAME and MAILYARD_SMTP_RELAY_PASSWORD: set both or neither"))
+	}
+	return errs
+}
+
+// hostname is the EHLO name by default: the machine's name, as mail servers
+// expect a name that identifies the sender.
+func hostname() string {
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "localhost"
 }
 
 // DefaultWebhookDisableAfter is 5 days without a 2xx answer.
@@ -223,6 +285,16 @@ var variables = []variable{
 	{"MAILYARD_RATE_LIMIT", func(c *Config) string { return c.RateLimit.String() }},
 	{"MAILYARD_DKIM_RETAIN", func(c *Config) string { return c.DKIMRetain.String() }},
 	{"MAILYARD_DKIM_RECHECK", func(c *Config) string { return c.DKIMRecheck.String() }},
+	{"MAILYARD_SMTP_MODE", func(c *Config) string { return c.SMTP.Mode }},
+	{"MAILYARD_SMTP_PORT", func(c *Config) string { return strconv.Itoa(c.SMTP.Port) }},
+	{"MAILYARD_SMTP_HELO", func(c *Config) string { return c.SMTP.HELO }},
+	{"MAILYARD_SMTP_TLS", func(c *Config) string { return c.SMTP.TLS }},
+	{"MAILYARD_SMTP_ALLOW_PRIVATE_NETWORKS", func(c *Config) string { return strconv.FormatBool(c.SMTP.AllowPrivateNetworks) }},
+	{"MAILYARD_SMTP_RELAY", func(c *Config) string { return c.SMTP.Relay }},
+	{"MAILYARD_SMTP_RELAY_IMPLICIT_TLS", func(c *Config) string { return strconv.FormatBool(c.SMTP.RelayImplicitTLS) }},
+	{"MAILYARD_SMTP_RELAY_USERNAME", func(c *Config) string { return c.SMTP.RelayUsername }},
+	{"MAILYARD_SMTP_RELAY_PASSWORD", func(c *Config) string { return masked(c.SMTP.RelayPassword != "") }},
+	{"MAILYARD_EMAIL_RETENTION", func(c *Config) string { return c.EmailRetention.String() }},
 }
 
 // maskTSIG keeps the key's name and algorithm, which an operator needs to match
@@ -326,7 +398,19 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 		WebhookAllowHTTP:            boolean("MAILYARD_WEBHOOK_ALLOW_HTTP", false),
 		DKIMRetain:                  duration("MAILYARD_DKIM_RETAIN", 7*24*time.Hour),
 		DKIMRecheck:                 duration("MAILYARD_DKIM_RECHECK", 10*time.Minute),
+		EmailRetention:              duration("MAILYARD_EMAIL_RETENTION", 7*24*time.Hour),
+		SMTP: SMTP{
+			Mode:                 str("MAILYARD_SMTP_MODE", "mx"),
+			HELO:                 str("MAILYARD_SMTP_HELO", hostname()),
+			TLS:                  str("MAILYARD_SMTP_TLS", "opportunistic"),
+			AllowPrivateNetworks: boolean("MAILYARD_SMTP_ALLOW_PRIVATE_NETWORKS", false),
+			Relay:                str("MAILYARD_SMTP_RELAY", ""),
+			RelayImplicitTLS:     boolean("MAILYARD_SMTP_RELAY_IMPLICIT_TLS", false),
+			RelayUsername:        str("MAILYARD_SMTP_RELAY_USERNAME", ""),
+			RelayPassword:        getenv("MAILYARD_SMTP_RELAY_PASSWORD"),
+		},
 	}
+	errs = append(errs, c.SMTP.load(str("MAILYARD_SMTP_PORT", "25"))...)
 
 	c.WebhookDisableAfter = DefaultWebhookDisableAfter
 	if raw := str("MAILYARD_WEBHOOK_DISABLE_AFTER", ""); raw != "" {

@@ -1,0 +1,302 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/mail"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/google/uuid"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/mailyard/mailyard/internal/mailmsg"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/workflows/email"
+)
+
+// maxEmailBodyBytes is the body limit of Send email (10 MiB, docs/sending.md);
+// every other route keeps maxBodyBytes.
+const maxEmailBodyBytes = 10 << 20
+
+// Addresses is a recipient field: one address as a string, or an array.
+type Addresses []string
+
+// UnmarshalJSON accepts a string or an array of strings.
+func (a *Addresses) UnmarshalJSON(b []byte) error {
+	var one string
+	if err := json.Unmarshal(b, &one); err == nil {
+		*a = Addresses{one}
+		return nil
+	}
+	return json.Unmarshal(b, (*[]string)(a))
+}
+
+// Schema documents the field as a string or an array of strings.
+func (Addresses) Schema(huma.Registry) *huma.Schema {
+	str := &huma.Schema{Type: huma.TypeString, MaxLength: ptr(998)}
+	return &huma.Schema{
+		Description: "One address (`addr` or `Name <addr>`) or an array of them.",
+		OneOf:       []*huma.Schema{str, {Type: huma.TypeArray, Items: str, MaxItems: ptr(50)}},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// EmailAttachment is one attachment of Send email.
+type EmailAttachment struct {
+	Filename    string `json:"filename" maxLength:"255" example:"invoice.pdf"`
+	Content     string `json:"content" doc:"The file, base64 (standard alphabet)."`
+	ContentType string `json:"content_type,omitempty" doc:"MIME type; application/octet-stream when absent." example:"application/pdf"`
+}
+
+// SendEmailInput is the body of Send email.
+type SendEmailInput struct {
+	Body struct {
+		From        string            `json:"from" maxLength:"998" doc:"addr or Name <addr>; the domain is the key's domain or a subdomain of it." example:"Acme <billing@example.com>"`
+		To          Addresses         `json:"to"`
+		Cc          Addresses         `json:"cc,omitempty"`
+		Bcc         Addresses         `json:"bcc,omitempty"`
+		ReplyTo     Addresses         `json:"reply_to,omitempty"`
+		Subject     string            `json:"subject" maxLength:"998" doc:"1 to 998 characters, no line breaks." example:"Your invoice"`
+		Text        string            `json:"text,omitempty" doc:"Plain-text body; text, html or both."`
+		HTML        string            `json:"html,omitempty" doc:"HTML body; text, html or both."`
+		Headers     map[string]string `json:"headers,omitempty" doc:"Extra headers: X-… names, List-Unsubscribe, List-Unsubscribe-Post, In-Reply-To, References."`
+		Attachments []EmailAttachment `json:"attachments,omitempty" maxItems:"100"`
+	}
+}
+
+// QueuedEmail is data.email of Send email.
+type QueuedEmail struct {
+	ID        string    `json:"id" format:"uuid"`
+	Status    string    `json:"status" enum:"queued"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// QueuedEmailData is the data of Send email.
+type QueuedEmailData struct {
+	Email QueuedEmail `json:"email"`
+}
+
+// EmailRecipient is where one recipient's delivery stands.
+type EmailRecipient struct {
+	Email        string    `json:"email"`
+	Status       string    `json:"status" enum:"queued,deferred,delivered,bounced,suppressed"`
+	Attempts     int       `json:"attempts"`
+	LastResponse *string   `json:"last_response" doc:"The receiving server's last answer (code and text), or why nothing was sent."`
+	UpdatedAt    time.Time `json:"updated_at"`
+}
+
+// Email is an email as Get email and List emails show it.
+type Email struct {
+	ID         string           `json:"id" format:"uuid"`
+	From       string           `json:"from"`
+	To         []string         `json:"to"`
+	Cc         []string         `json:"cc"`
+	Subject    string           `json:"subject"`
+	Status     string           `json:"status" enum:"queued,sent" doc:"queued until every recipient is delivered, bounced or suppressed, then sent."`
+	CreatedAt  time.Time        `json:"created_at"`
+	Recipients []EmailRecipient `json:"recipients"`
+}
+
+// EmailData is the data of Get email.
+type EmailData struct {
+	Email Email `json:"email"`
+}
+
+// EmailList is the data of List emails.
+type EmailList struct {
+	Emails []Email `json:"emails"`
+	PageInfo
+}
+
+// EmailIDInput names an email in the path.
+type EmailIDInput struct {
+	ID string `path:"id" format:"uuid" doc:"Email id."`
+}
+
+// ListEmailsInput pages through the emails.
+type ListEmailsInput struct {
+	PageQuery
+}
+
+func emailFromStore(e *store.Email, recipients []store.EmailRecipient) Email {
+	out := Email{ID: e.ID, From: e.FromAddress, To: nonNil(e.To), Cc: nonNil(e.Cc), Subject: e.Subject,
+		Status: e.Status, CreatedAt: e.CreatedAt.UTC(), Recipients: make([]EmailRecipient, 0, len(recipients))}
+	for _, r := range recipients {
+		out.Recipients = append(out.Recipients, EmailRecipient{
+			Email: r.Address, Status: r.Status, Attempts: r.Attempts, LastResponse: r.LastResponse, UpdatedAt: r.UpdatedAt.UTC(),
+		})
+	}
+	return out
+}
+
+func nonNil(l []string) []string {
+	if l == nil {
+		return []string{}
+	}
+	return l
+}
+
+func (s *Server) registerEmails() {
+	tags := []string{"Emails"}
+	register(s, huma.Operation{
+		OperationID: "send-email", Method: http.MethodPost, Path: "/api/v1/emails", DefaultStatus: http.StatusAccepted,
+		Summary: "Send email", Tags: tags,
+		Description: "Queues an email from the key's verified domain: Mailyard builds the message once, signs it with the domain's active DKIM key " +
+			"and delivers it to each recipient's mail server, retrying deferred recipients for about a day. Needs a key with the send permission " +
+			"scoped to a domain; bodies up to 10 MiB. Each recipient's outcome arrives as a delivered or bounced webhook event.",
+		MaxBodyBytes: maxEmailBodyBytes + 1,
+		Metadata:     map[string]any{permissionMetadata: PermissionSend},
+		Errors:       []int{http.StatusConflict, http.StatusUnprocessableEntity, http.StatusBadRequest, http.StatusRequestEntityTooLarge},
+	}, s.sendEmail)
+	register(s, huma.Operation{
+		OperationID: "list-emails", Method: http.MethodGet, Path: "/api/v1/emails",
+		Summary: "List emails", Tags: tags,
+		Description: "Emails newest first, a page at a time (default 20). A domain-scoped key sees its domain's emails only.",
+		Metadata:    map[string]any{permissionMetadata: []string{PermissionSend, PermissionAdmin}},
+		Errors:      []int{http.StatusUnprocessableEntity},
+	}, s.listEmails)
+	register(s, huma.Operation{
+		OperationID: "get-email", Method: http.MethodGet, Path: "/api/v1/emails/{id}",
+		Summary: "Get email", Tags: tags,
+		Description: "An email and where each recipient's delivery stands.",
+		Metadata:    map[string]any{permissionMetadata: []string{PermissionSend, PermissionAdmin}},
+		Errors:      []int{http.StatusNotFound, http.StatusUnprocessableEntity},
+	}, s.getEmail)
+}
+
+func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[QueuedEmailData], error) {
+	p := principalFrom(ctx)
+	if p.SendingDomainID == nil {
+		return nil, NewAPIError(http.StatusForbidden, CodeForbidden, "sending needs a key scoped to a sending domain; this key is organization-wide")
+	}
+	d, err := s.store.DomainInOrganization(ctx, p.OrganizationID, *p.SendingDomainID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFoundError("domain")
+	}
+	if err != nil {
+		return nil, err
+	}
+	b := in.Body
+	attachments := make([]mailmsg.Attachment, len(b.Attachments))
+	for i, a := range b.Attachments {
+		attachments[i] = mailmsg.Attachment{Filename: a.Filename, Content: a.Content, ContentType: a.ContentType}
+	}
+	msg, problems := mailmsg.Validate(mailmsg.Request{
+		From: b.From, To: b.To, Cc: b.Cc, Bcc: b.Bcc, ReplyTo: b.ReplyTo, Subject: b.Subject,
+		Text: b.Text, HTML: b.HTML, Headers: b.Headers, Attachments: attachments,
+	}, d.Domain)
+	if len(problems) > 0 {
+		details := make([]ErrorDetail, len(problems))
+		for i, pr := range problems {
+			details[i] = ErrorDetail{Location: pr.Location, Message: pr.Message}
+		}
+		return nil, NewAPIError(http.StatusUnprocessableEntity, CodeValidationFailed, "validation failed", details...)
+	}
+	// Checked after the body, so a client learns about both kinds of problem
+	// from the first answer it can act on.
+	if d.Status != store.DomainVerified {
+		return nil, NewAPIError(http.StatusConflict, CodeDomainNotVerified, "the key's domain "+d.Domain+" is "+d.Status+"; only verified domains send")
+	}
+
+	content, err := json.Marshal(msg)
+	if err != nil {
+		return nil, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, err
+	}
+	e := &store.Email{
+		ID: id.String(), OrganizationID: p.OrganizationID, DomainID: d.ID,
+		FromAddress: displayAddress(msg.From), To: addressStrings(msg.To), Cc: addressStrings(msg.Cc),
+		Subject: msg.Subject, Content: content,
+	}
+	if err := s.store.CreateEmail(ctx, e, msg.Recipients()); err != nil {
+		return nil, err
+	}
+	if err := s.startEmail(ctx, e.ID); err != nil {
+		s.logger.WarnContext(ctx, "email stored but its workflow did not start; removing it", "request_id", RequestID(ctx), "email_id", e.ID, "error", err)
+		// Nothing has been sent or counted yet: removing the email leaves
+		// no trace, and the client can send the same request again.
+		if derr := s.store.DeleteUnstartedEmail(context.WithoutCancel(ctx), e.ID); derr != nil {
+			s.logger.ErrorContext(ctx, "remove unstarted email", "email_id", e.ID, "error", derr)
+		}
+		return nil, NewAPIError(http.StatusServiceUnavailable, CodeUnavailable, "the email could not be queued; nothing was sent, send it again")
+	}
+	return respond(QueuedEmailData{Email: QueuedEmail{ID: e.ID, Status: e.Status, CreatedAt: e.CreatedAt.UTC()}}), nil
+}
+
+// startEmail starts the email's workflow with the schedule and retention in
+// force now, so that changing a default never changes an email on its way.
+func (s *Server) startEmail(ctx context.Context, emailID string) error {
+	schedule := s.emailSchedule
+	if len(schedule) == 0 {
+		schedule = email.DefaultSchedule
+	}
+	opts := client.StartWorkflowOptions{
+		ID: email.WorkflowID(emailID), TaskQueue: email.TaskQueue,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}
+	_, err := s.temporal.ExecuteWorkflow(ctx, opts, email.WorkflowName,
+		email.Input{EmailID: emailID, Schedule: schedule, Retention: s.cfg.EmailRetention})
+	return err
+}
+
+// addressStrings shows addresses as the client wrote them, "Name <addr>"
+// without the RFC 2047 encoding the message header needs.
+func addressStrings(addrs []mail.Address) []string {
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		out[i] = displayAddress(a)
+	}
+	return out
+}
+
+func displayAddress(a mail.Address) string {
+	if a.Name == "" {
+		return a.Address
+	}
+	return a.Name + " <" + a.Address + ">"
+}
+
+func emailScope(p Principal) store.EmailScope {
+	return store.EmailScope{OrganizationID: p.OrganizationID, DomainID: p.SendingDomainID}
+}
+
+func (s *Server) getEmail(ctx context.Context, in *EmailIDInput) (*Response[EmailData], error) {
+	if _, err := uuid.Parse(in.ID); err != nil {
+		return nil, notFoundError("email")
+	}
+	e, recipients, err := s.store.EmailInScope(ctx, emailScope(principalFrom(ctx)), in.ID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, notFoundError("email")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return respond(EmailData{Email: emailFromStore(e, recipients)}), nil
+}
+
+func (s *Server) listEmails(ctx context.Context, in *ListEmailsInput) (*Response[EmailList], error) {
+	const list = "emails"
+	page, err := storePage(in.PageQuery, list, defaultPageSize, func(id string) bool { _, err := uuid.Parse(id); return err == nil })
+	if err != nil {
+		return nil, err
+	}
+	rows, recipients, more, err := s.store.ListEmails(ctx, emailScope(principalFrom(ctx)), page)
+	if err != nil {
+		return nil, err
+	}
+	out := EmailList{Emails: make([]Email, 0, len(rows))}
+	for i := range rows {
+		out.Emails = append(out.Emails, emailFromStore(&rows[i], recipients[rows[i].ID]))
+	}
+	out.PageInfo, err = pageInfo(page, list, rows, more, func(e *store.Email) string { return e.ID })
+	return respond(out), err
+}

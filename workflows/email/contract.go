@@ -1,0 +1,106 @@
+// Package email is the per-email delivery workflow: one workflow
+// "email-delivery:<email_id>" builds and signs the message once, then walks
+// the retry schedule, one SMTP attempt per step for the recipients still
+// pending, until every recipient is delivered, bounced or suppressed; it
+// then keeps the message for the retention time and erases it.
+//
+// This file is the contract shared by the API (which starts the workflow) and
+// the worker (which runs it). Everything that crosses Temporal is an id, a
+// count or a duration: addresses, subjects and bodies stay in the database,
+// where the activities read them (docs/sending.md).
+package email
+
+import "time"
+
+// TaskQueue is where email workflows and their activities run.
+const TaskQueue = "mailyard-emails"
+
+// Registered type names; they are part of the recorded histories and never
+// change.
+const (
+	WorkflowName     = "EmailDelivery"
+	PrepareActivity  = "PrepareEmail"
+	AttemptActivity  = "AttemptEmail"
+	EraseActivity    = "EraseEmail"
+	WorkflowIDPrefix = "email-delivery:"
+)
+
+// WorkflowID is the business key of an email's workflow.
+func WorkflowID(emailID string) string { return WorkflowIDPrefix + emailID }
+
+// DefaultSchedule is the wait before each attempt (docs/sending.md): ten
+// attempts over about 24 hours. Every wait but the first gets ±20 % jitter.
+var DefaultSchedule = []time.Duration{
+	0,
+	time.Minute,
+	5 * time.Minute,
+	15 * time.Minute,
+	30 * time.Minute,
+	time.Hour,
+	2 * time.Hour,
+	4 * time.Hour,
+	8 * time.Hour,
+	8 * time.Hour,
+}
+
+// DefaultRetention is how long the message is kept after the email is sent
+// (MAILYARD_EMAIL_RETENTION).
+const DefaultRetention = 7 * 24 * time.Hour
+
+// Input starts an email's workflow. The starter fills in the schedule and
+// retention in force when the email was accepted, so that changing a default
+// never changes an email already on its way.
+type Input struct {
+	EmailID   string          `json:"email_id"`
+	Schedule  []time.Duration `json:"schedule"`
+	Retention time.Duration   `json:"retention"`
+}
+
+// PrepareInput asks the first step to build, sign and store the message.
+type PrepareInput struct {
+	EmailID string `json:"email_id"`
+}
+
+// PrepareResult says how many recipients the attempts still send to.
+type PrepareResult struct {
+	// Gone: the email no longer exists (the API removed it after it could
+	// not confirm the start); the workflow ends.
+	Gone    bool `json:"gone,omitempty"`
+	Pending int  `json:"pending"`
+}
+
+// AttemptInput asks for one SMTP attempt to the pending recipients.
+type AttemptInput struct {
+	EmailID string `json:"email_id"`
+	// Attempt counts from 1.
+	Attempt int `json:"attempt"`
+	// Final is set on the schedule's last attempt: recipients still
+	// deferred after it are bounced (soft).
+	Final bool `json:"final"`
+}
+
+// AttemptResult counts the recipients by what the attempt did to them.
+type AttemptResult struct {
+	Delivered int `json:"delivered"`
+	Bounced   int `json:"bounced"`
+	Deferred  int `json:"deferred"`
+	// Pending is how many recipients the next attempt still sends to.
+	Pending int `json:"pending"`
+}
+
+// EraseInput asks to erase the stored message.
+type EraseInput struct {
+	EmailID string `json:"email_id"`
+}
+
+// Statuses the workflow ends with.
+const (
+	StatusSent = "sent"
+	StatusGone = "gone"
+)
+
+// Result ends the workflow.
+type Result struct {
+	Status   string `json:"status"`
+	Attempts int    `json:"attempts"`
+}
