@@ -15,6 +15,7 @@ import (
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/platformevents"
 	"github.com/mailyard/mailyard/internal/secrets"
+	"github.com/mailyard/mailyard/internal/smtpsend"
 	"github.com/mailyard/mailyard/internal/store"
 )
 
@@ -31,6 +32,9 @@ type Deps struct {
 	// Events emits platform events from activities; nil builds one on Client
 	// and Store with the default delivery schedule.
 	Events *platformevents.Emitter
+	// EmailSender sends email; nil builds one from Config (tests pass one
+	// that trusts their SMTP server's CA).
+	EmailSender *smtpsend.Sender
 }
 
 // NewEmitter is the platform-event emitter of a worker: it stores events in
@@ -45,7 +49,7 @@ func Run(ctx context.Context, d Deps) error {
 	if d.Events == nil {
 		d.Events = NewEmitter(d.Store, d.Client, d.Logger)
 	}
-	builders := []func(Deps) (sdkworker.Worker, error){newDomainWorker, newWebhookWorker}
+	builders := []func(Deps) (sdkworker.Worker, error){newDomainWorker, newWebhookWorker, newEmailWorker}
 	var started []sdkworker.Worker
 	defer func() {
 		for _, w := range started {

@@ -239,6 +239,12 @@ func (s *Store) MarkEmailAccepted(ctx context.Context, id string, count func(con
 	})
 }
 
+// RecipientCount is how many envelope recipients an email has.
+func (s *Store) RecipientCount(ctx context.Context, emailID string) (int, error) {
+	n, err := s.DB.NewSelect().Model((*EmailRecipient)(nil)).Where("email_id = ?", emailID).Count(ctx)
+	return int(n), err
+}
+
 // PendingRecipients lists the recipients an attempt still sends to.
 func (s *Store) PendingRecipients(ctx context.Context, emailID string) ([]EmailRecipient, error) {
 	var rows []EmailRecipient
@@ -333,6 +339,7 @@ func (s *Store) PendingEmailDeliveries(ctx context.Context, emailID string) ([]s
 	var ids []string
 	err := s.DB.NewSelect().TableExpr("deliveries AS d").Column("d.id").
 		Join("JOIN events AS ev ON ev.id = d.event_id").
+		Where("ev.message_id = ?", emailID).
 		Where("ev.event_id LIKE ?", EmailEventIDPrefix(emailID)+"%").
 		Where("d.status = ?", DeliveryPending).OrderExpr("d.id").Scan(ctx, &ids)
 	return ids, err

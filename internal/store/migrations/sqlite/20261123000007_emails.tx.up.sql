@@ -34,3 +34,7 @@ CREATE TABLE email_recipients (
     updated_at    TIMESTAMP  NOT NULL,
     PRIMARY KEY (email_id, position)
 );
+
+-- The outcome events of an email carry its id as message_id; the delivery
+-- steps find the webhook deliveries of those events through it.
+CREATE INDEX events_message_idx ON events (message_id);

@@ -1,0 +1,330 @@
+package activities
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/mailyard/mailyard/internal/deliveryruns"
+	"github.com/mailyard/mailyard/internal/eventtype"
+	"github.com/mailyard/mailyard/internal/mailmsg"
+	"github.com/mailyard/mailyard/internal/secrets"
+	"github.com/mailyard/mailyard/internal/smtpsend"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/webhook"
+	"github.com/mailyard/mailyard/workflows/email"
+)
+
+// Emails builds, signs and sends emails, and records each recipient's
+// outcome with its event (docs/sending.md).
+type Emails struct {
+	Store  *store.Store
+	Box    *secrets.Box
+	Sender *smtpsend.Sender
+	// Runs starts the webhook deliveries of the outcome events.
+	Runs *deliveryruns.Runs
+}
+
+// Bounce types of the bounced event (docs/sending.md).
+const (
+	bounceHard       = "hard"
+	bounceSoft       = "soft"
+	bounceSuppressed = "suppressed"
+)
+
+// reasonDomainDeleted ends the recipients of an email whose domain was
+// deleted before they were delivered.
+const reasonDomainDeleted = "domain_deleted"
+
+// Prepare is the first step of an email's workflow: it counts the
+// recipients as accepted, builds and signs the message unless a previous
+// run stored it, and settles the recipients nothing will be sent to
+// (suppressed addresses, a deleted domain).
+func (a *Emails) Prepare(ctx context.Context, in email.PrepareInput) (email.PrepareResult, error) {
+	e, d, err := a.Store.EmailForDelivery(ctx, in.EmailID)
+	if errors.Is(err, store.ErrNotFound) {
+		return email.PrepareResult{Gone: true}, nil
+	}
+	if err != nil {
+		return email.PrepareResult{}, err
+	}
+	total, err := a.Store.RecipientCount(ctx, e.ID)
+	if err != nil {
+		return email.PrepareResult{}, err
+	}
+	err = a.Store.MarkEmailAccepted(ctx, e.ID, func(ctx context.Context, tx bun.IDB) error {
+		return store.CountEmailEvent(ctx, tx, e.OrganizationID, e.DomainID, store.StatAccepted, e.CreatedAt, total)
+	})
+	if err != nil {
+		return email.PrepareResult{}, err
+	}
+
+	pending, err := a.Store.PendingRecipients(ctx, e.ID)
+	if err != nil {
+		return email.PrepareResult{}, err
+	}
+	if d.DeletedAt != nil {
+		return email.PrepareResult{}, a.endAll(ctx, e, d, pending, reasonDomainDeleted)
+	}
+	if e.SignedMessage == nil && e.ErasedAt == nil {
+		if err := a.buildAndSign(ctx, e, d); err != nil {
+			return email.PrepareResult{}, err
+		}
+	}
+
+	addrs := make([]string, len(pending))
+	for i, r := range pending {
+		addrs[i] = r.Address
+	}
+	suppressed, err := a.Store.SuppressedAmong(ctx, e.OrganizationID, addrs)
+	if err != nil {
+		return email.PrepareResult{}, err
+	}
+	left := 0
+	for _, r := range pending {
+		if !suppressed[r.Address] {
+			left++
+			continue
+		}
+		change := store.RecipientChange{Position: r.Position, Status: store.RecipientSuppressed, Response: "not sent: the address is on the suppression list"}
+		if _, err := a.Store.ChangeRecipient(ctx, e.ID, change, a.outcome(e, d, r, outcome{bounceType: bounceSuppressed})); err != nil {
+			return email.PrepareResult{}, err
+		}
+	}
+	if err := a.settle(ctx, e.ID); err != nil {
+		return email.PrepareResult{}, err
+	}
+	return email.PrepareResult{Pending: left}, nil
+}
+
+// buildAndSign renders the message once and signs it with the domain's
+// active DKIM key. The stored bytes are what every attempt sends; a run
+// retried after a crash keeps what the first run stored.
+func (a *Emails) buildAndSign(ctx context.Context, e *store.Email, d *store.Domain) error {
+	var msg mailmsg.Message
+	if err := json.Unmarshal(e.Content, &msg); err != nil {
+		return fmt.Errorf("email %s: stored content: %w", e.ID, err)
+	}
+	raw, err := mailmsg.Build(&msg, e.ID, d.Domain, e.CreatedAt)
+	if err != nil {
+		return fmt.Errorf("email %s: build: %w", e.ID, err)
+	}
+	key, err := a.Store.DKIMKeyInState(ctx, d.ID, store.DKIMActive)
+	if err != nil {
+		return fmt.Errorf("email %s: domain %d has no active DKIM key: %w", e.ID, d.ID, err)
+	}
+	signer, err := a.openKey(key)
+	if err != nil {
+		return fmt.Errorf("email %s: %w", e.ID, err)
+	}
+	signed, err := mailmsg.Sign(raw, d.Domain, key.Selector, signer)
+	if err != nil {
+		return fmt.Errorf("email %s: sign: %w", e.ID, err)
+	}
+	stored, err := a.Store.SaveSignedMessage(ctx, e.ID, signed, key.Selector)
+	e.SignedMessage = stored
+	return err
+}
+
+func (a *Emails) openKey(k *store.DKIMKey) (crypto.Signer, error) {
+	if k.PrivateKeyEnc == nil {
+		return nil, fmt.Errorf("DKIM key %d has been erased", k.ID)
+	}
+	der, err := a.Box.Open(k.PrivateKeyEnc, store.DKIMKeyBinding(k.Selector, k.Generation))
+	if err != nil {
+		return nil, fmt.Errorf("DKIM key %d cannot be decrypted (is MAILYARD_ENCRYPTION_KEY the one it was created with?)", k.ID)
+	}
+	parsed, err := x509.ParsePKCS8PrivateKey(der)
+	if err != nil {
+		return nil, fmt.Errorf("DKIM key %d: %w", k.ID, err)
+	}
+	signer, ok := parsed.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("DKIM key %d is not a signing key", k.ID)
+	}
+	return signer, nil
+}
+
+// Attempt sends the stored message to every pending recipient and records
+// each answer. Receiver answers are results, not errors; an error means the
+// attempt could not be made or recorded, and Temporal retries it (a
+// recipient whose answer was recorded is not sent to again).
+func (a *Emails) Attempt(ctx context.Context, in email.AttemptInput) (email.AttemptResult, error) {
+	var out email.AttemptResult
+	e, d, err := a.Store.EmailForDelivery(ctx, in.EmailID)
+	if errors.Is(err, store.ErrNotFound) {
+		return out, nil
+	}
+	if err != nil {
+		return out, err
+	}
+	pending, err := a.Store.PendingRecipients(ctx, e.ID)
+	if err != nil || len(pending) == 0 {
+		return out, errors.Join(err, a.settle(ctx, e.ID))
+	}
+	if d.DeletedAt != nil {
+		out.Bounced = len(pending)
+		return out, a.endAll(ctx, e, d, pending, reasonDomainDeleted)
+	}
+	if e.SignedMessage == nil {
+		return out, fmt.Errorf("email %s has no signed message to send", e.ID)
+	}
+
+	addrs := make([]string, len(pending))
+	for i, r := range pending {
+		addrs[i] = r.Address
+	}
+	results := a.Sender.Send(ctx, envelopeSender(e.ID, d.MailFromSubdomain), addrs, e.SignedMessage)
+	if err := ctx.Err(); err != nil {
+		// The worker is stopping: nothing is recorded, and the retried
+		// attempt sends again (the same bytes and Message-ID).
+		return out, err
+	}
+	for i, res := range results {
+		r := pending[i]
+		code := res.Code
+		change := store.RecipientChange{Position: r.Position, Attempted: true, SMTPCode: &code, Response: smtpResponse(res)}
+		var effects func(context.Context, bun.IDB, string) error
+		switch {
+		case res.Status == smtpsend.Delivered:
+			change.Status = store.RecipientDelivered
+			effects = a.outcome(e, d, r, outcome{delivered: true, code: res.Code, message: res.Message})
+			out.Delivered++
+		case res.Status == smtpsend.HardBounce:
+			change.Status = store.RecipientBounced
+			effects = a.outcome(e, d, r, outcome{bounceType: bounceHard, code: res.Code, message: res.Message})
+			out.Bounced++
+		case in.Final:
+			change.Status = store.RecipientBounced
+			effects = a.outcome(e, d, r, outcome{bounceType: bounceSoft, code: res.Code, message: res.Message})
+			out.Bounced++
+		default:
+			change.Status = store.RecipientDeferred
+			effects = a.deferred(e)
+			out.Deferred++
+			out.Pending++
+		}
+		if _, err := a.Store.ChangeRecipient(ctx, e.ID, change, effects); err != nil {
+			return out, err
+		}
+	}
+	return out, a.settle(ctx, e.ID)
+}
+
+// Erase erases the stored message once the retention time is over.
+func (a *Emails) Erase(ctx context.Context, in email.EraseInput) error {
+	return a.Store.EraseEmailContent(ctx, in.EmailID)
+}
+
+// endAll bounces every pending recipient without sending (soft: nothing
+// was wrong with the address, so it is not suppressed).
+func (a *Emails) endAll(ctx context.Context, e *store.Email, d *store.Domain, pending []store.EmailRecipient, reason string) error {
+	for _, r := range pending {
+		change := store.RecipientChange{Position: r.Position, Status: store.RecipientBounced, Response: "not sent: " + reason}
+		if _, err := a.Store.ChangeRecipient(ctx, e.ID, change, a.outcome(e, d, r, outcome{bounceType: bounceSoft, reason: reason})); err != nil {
+			return err
+		}
+	}
+	return a.settle(ctx, e.ID)
+}
+
+// settle marks the email sent once every recipient is final, and starts the
+// webhook deliveries of its outcome events. Both are idempotent, so a step
+// retried after a crash starts what the crash left unstarted.
+func (a *Emails) settle(ctx context.Context, emailID string) error {
+	if _, err := a.Store.FinishEmailIfDone(ctx, emailID); err != nil {
+		return err
+	}
+	ids, err := a.Store.PendingEmailDeliveries(ctx, emailID)
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	return a.Runs.StartFirst(ctx, ids)
+}
+
+// outcome is a recipient's final outcome as its event tells it.
+type outcome struct {
+	delivered  bool
+	bounceType string
+	code       int
+	message    string
+	reason     string
+}
+
+// outcomeData is the data of a delivered or bounced event (docs/sending.md):
+// the fields of an ingested event plus what the platform knows of the bounce.
+type outcomeData struct {
+	MessageID   string `json:"message_id"`
+	ToEmail     string `json:"to_email"`
+	Subject     string `json:"subject"`
+	BounceType  string `json:"bounce_type,omitempty"`
+	SMTPCode    int    `json:"smtp_code,omitempty"`
+	SMTPMessage string `json:"smtp_message,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+}
+
+// outcome stores the recipient's event with its webhook deliveries, counts
+// it in the statistics and, for a hard bounce, suppresses the address, in
+// the transaction that makes the recipient final.
+func (a *Emails) outcome(e *store.Email, d *store.Domain, r store.EmailRecipient, o outcome) func(context.Context, bun.IDB, string) error {
+	return func(ctx context.Context, tx bun.IDB, _ string) error {
+		at := time.Now().UTC().Truncate(time.Microsecond)
+		typ, counter := eventtype.Bounced, store.StatBounced
+		if o.delivered {
+			typ, counter = eventtype.Delivered, store.StatDelivered
+		}
+		body, err := webhook.BuildEnvelope(string(typ), at, outcomeData{
+			MessageID: e.ID, ToEmail: r.Address, Subject: e.Subject,
+			BounceType: o.bounceType, SMTPCode: o.code, SMTPMessage: o.message, Reason: o.reason,
+		})
+		if err != nil {
+			return err
+		}
+		ev := &store.Event{
+			EventID: store.EmailEventIDPrefix(e.ID) + strconv.Itoa(r.Position), Domain: d.Domain, EventType: string(typ),
+			OccurredAt: at, MessageID: e.ID, ToEmail: r.Address, Subject: e.Subject,
+		}
+		if _, err := store.StageEmailEvent(ctx, tx, ev, e.OrganizationID, body, deliveryruns.NewDeliveryID); err != nil {
+			return err
+		}
+		if err := store.CountEmailEvent(ctx, tx, e.OrganizationID, e.DomainID, counter, at, 1); err != nil {
+			return err
+		}
+		if o.bounceType == bounceHard {
+			return store.Suppress(ctx, tx, e.OrganizationID, r.Address, store.SuppressedHardBounce)
+		}
+		return nil
+	}
+}
+
+// deferred counts a recipient's first deferral in the statistics (counts
+// are per recipient, not per attempt).
+func (a *Emails) deferred(e *store.Email) func(context.Context, bun.IDB, string) error {
+	return func(ctx context.Context, tx bun.IDB, before string) error {
+		if before != store.RecipientQueued {
+			return nil
+		}
+		return store.CountEmailEvent(ctx, tx, e.OrganizationID, e.DomainID, store.StatDeferred, time.Now(), 1)
+	}
+}
+
+// envelopeSender is the MAIL FROM of an email: bounces come back to the
+// domain's MAIL FROM subdomain, tagged with the email's id.
+func envelopeSender(emailID, mailFromSubdomain string) string {
+	return "bounces+" + emailID + "@" + mailFromSubdomain
+}
+
+// smtpResponse is the recipient's last response as the API shows it.
+func smtpResponse(r smtpsend.Result) string {
+	if r.Code == 0 {
+		return r.Message
+	}
+	return strconv.Itoa(r.Code) + " " + r.Message
+}

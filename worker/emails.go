@@ -1,0 +1,49 @@
+package worker
+
+import (
+	"go.temporal.io/sdk/activity"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/mailyard/mailyard/activities"
+	"github.com/mailyard/mailyard/internal/dnscheck"
+	"github.com/mailyard/mailyard/internal/smtpsend"
+	"github.com/mailyard/mailyard/workflows/email"
+)
+
+// newEmailWorker runs email workflows and their steps.
+func newEmailWorker(d Deps) (sdkworker.Worker, error) {
+	sender := d.EmailSender
+	if sender == nil {
+		var err error
+		if sender, err = NewSender(d); err != nil {
+			return nil, err
+		}
+	}
+	w := sdkworker.New(d.Client, email.TaskQueue, sdkworker.Options{})
+	RegisterEmails(w, &activities.Emails{Store: d.Store, Box: d.Box, Sender: sender, Runs: d.Events.Runs})
+	return w, nil
+}
+
+// NewSender builds the SMTP transport the configuration describes.
+func NewSender(d Deps) (*smtpsend.Sender, error) {
+	c := d.Config.SMTP
+	resolver, err := dnscheck.New(d.Config.DNSResolver, 0)
+	if err != nil {
+		return nil, err
+	}
+	return smtpsend.New(smtpsend.Config{
+		Mode: c.Mode, Port: c.Port, HELO: c.HELO, TLS: c.TLS, AllowPrivateNetworks: c.AllowPrivateNetworks,
+		Relay: c.Relay, RelayImplicitTLS: c.RelayImplicitTLS, RelayUsername: c.RelayUsername, RelayPassword: c.RelayPassword,
+		Resolver: resolver,
+	})
+}
+
+// RegisterEmails registers the email workflow and its activities under the
+// names of the contract.
+func RegisterEmails(r sdkworker.Registry, a *activities.Emails) {
+	r.RegisterWorkflowWithOptions(email.Workflow, workflow.RegisterOptions{Name: email.WorkflowName})
+	r.RegisterActivityWithOptions(a.Prepare, activity.RegisterOptions{Name: email.PrepareActivity})
+	r.RegisterActivityWithOptions(a.Attempt, activity.RegisterOptions{Name: email.AttemptActivity})
+	r.RegisterActivityWithOptions(a.Erase, activity.RegisterOptions{Name: email.EraseActivity})
+}
