@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -93,7 +92,7 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	if err != nil {
 		var e *ErrorResponse
 		if !errors.As(convertError(ctx.Context(), err), &e) {
-			e = NewAPIError(http.StatusInternalServerError, CodeInternal, "internal error")
+			e = newError(CodeInternal, "internal error")
 		}
 		fail(e)
 		return
@@ -110,7 +109,7 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		need = PermissionAdmin
 	}
 	if !key.Permissions.Has(need) {
-		fail(NewAPIError(http.StatusForbidden, CodeForbidden, "this API key lacks the "+need+" permission"))
+		fail(newError(CodeForbidden, "this API key lacks the "+need+" permission"))
 		return
 	}
 
