@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"errors"
-	"net/http"
 	"slices"
 	"strings"
 
@@ -106,7 +105,7 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	if err != nil {
 		var e *ErrorResponse
 		if !errors.As(convertError(ctx.Context(), err), &e) {
-			e = NewAPIError(http.StatusInternalServerError, CodeInternal, "internal error")
+			e = newError(CodeInternal, "internal error")
 		}
 		fail(e)
 		return
@@ -120,7 +119,7 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	}
 	need := requiredPermissions(op)
 	if !slices.ContainsFunc(need, key.Permissions.Has) {
-		fail(NewAPIError(http.StatusForbidden, CodeForbidden, "this API key lacks the "+strings.Join(need, " or ")+" permission"))
+		fail(newError(CodeForbidden, "this API key lacks the "+strings.Join(need, " or ")+" permission"))
 		return
 	}
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/mailyard/mailyard/internal/apperr"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
 )
@@ -174,14 +175,14 @@ func (s *Server) createCredential(ctx context.Context, in *CreateCredentialInput
 	orgID := principalFrom(ctx).OrganizationID
 	domain, err := s.store.DomainInOrganization(ctx, orgID, in.Body.SendingDomainID)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, notFoundError("sending domain")
+		// The id comes from the body, not the path: say which field named it.
+		return nil, apperr.Errorf(apperr.NotFound, "domain", "sending domain not found")
 	}
 	if err != nil {
 		return nil, err
 	}
 	if domain.Status != store.DomainVerified {
-		return nil, NewAPIError(http.StatusConflict, CodeDomainNotVerified,
-			"domain "+domain.Domain+" is "+domain.Status+"; credentials need a verified domain")
+		return nil, apperr.Errorf(apperr.DomainNotVerified, "domain", "domain %s is %s; credentials need a verified domain", domain.Domain, domain.Status)
 	}
 
 	secret, err := keys.NewAPIKey()
@@ -212,9 +213,6 @@ func (s *Server) createCredential(ctx context.Context, in *CreateCredentialInput
 
 func (s *Server) deleteCredential(ctx context.Context, in *CredentialIDInput) (*Response[RevokedCredentialData], error) {
 	key, err := s.store.RevokeCredential(ctx, principalFrom(ctx).OrganizationID, in.ID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, notFoundError("credential")
-	}
 	if err != nil {
 		return nil, err
 	}

@@ -116,7 +116,7 @@ func (s *Server) registerDomainLifecycle() {
 func (s *Server) getDomain(ctx context.Context, in *DomainIDInput) (*Response[DomainDetailData], error) {
 	d, err := s.store.DomainInOrganization(ctx, principalFrom(ctx).OrganizationID, in.ID)
 	if err != nil {
-		return nil, domainNotFound(err)
+		return nil, err
 	}
 	detail, err := s.domainDetail(ctx, d)
 	if err != nil {
@@ -153,7 +153,7 @@ func (s *Server) domainDetail(ctx context.Context, d *store.Domain) (DomainDetai
 func (s *Server) deleteDomain(ctx context.Context, in *DomainIDInput) (*Response[DeletedDomainData], error) {
 	d, err := s.store.DeleteDomainForCustomer(ctx, principalFrom(ctx).OrganizationID, in.ID)
 	if err != nil {
-		return nil, domainNotFound(err)
+		return nil, err
 	}
 	// From here the domain is gone for the customer. What follows is repeated
 	// by a retried DELETE until it has all happened (the domain stays
@@ -170,7 +170,7 @@ func (s *Server) deleteDomain(ctx context.Context, in *DomainIDInput) (*Response
 func (s *Server) rotateDKIM(ctx context.Context, in *DomainIDInput) (*Response[RotationStartedData], error) {
 	d, err := s.store.DomainInOrganization(ctx, principalFrom(ctx).OrganizationID, in.ID)
 	if err != nil {
-		return nil, domainNotFound(err)
+		return nil, err
 	}
 	switch {
 	case d.Status != store.DomainVerified:
@@ -192,7 +192,7 @@ func (s *Server) updateDKIMSettings(ctx context.Context, in *UpdateDKIMInput) (*
 	}
 	d, err := s.store.UpdateRotationSettings(ctx, principalFrom(ctx).OrganizationID, in.ID, b.RotationEnabled, b.RotationIntervalDays)
 	if err != nil {
-		return nil, domainNotFound(err)
+		return nil, err
 	}
 	if d.Status == store.DomainVerified {
 		// The rotation workflow re-arms its timer with the new settings.

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -162,9 +161,6 @@ func (s *Server) addDomain(ctx context.Context, in *AddDomainInput) (*Response[A
 	d := &store.Domain{OrganizationID: principalFrom(ctx).OrganizationID, Domain: name, MailFromSubdomain: mailFrom, DKIMToken: token}
 	records := s.customerRecords(token, name, mailFrom)
 	if err := s.store.CreateDomain(ctx, d, records); err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			return nil, NewAPIError(http.StatusConflict, CodeDomainExists, "domain "+name+" was already added to this organization")
-		}
 		return nil, err
 	}
 	if err := s.onboarding.Start(ctx, d); err != nil {
@@ -198,7 +194,7 @@ func (s *Server) customerRecords(token, domain, mailFrom string) []store.DomainR
 func (s *Server) getDNSRecords(ctx context.Context, in *DomainIDInput) (*Response[DNSRecordsData], error) {
 	d, err := s.store.DomainInOrganization(ctx, principalFrom(ctx).OrganizationID, in.ID)
 	if err != nil {
-		return nil, domainNotFound(err)
+		return nil, err
 	}
 	return s.dnsRecordsResponse(ctx, d)
 }
@@ -206,14 +202,14 @@ func (s *Server) getDNSRecords(ctx context.Context, in *DomainIDInput) (*Respons
 func (s *Server) verifyDomain(ctx context.Context, in *DomainIDInput) (*Response[DNSRecordsData], error) {
 	d, err := s.store.DomainInOrganization(ctx, principalFrom(ctx).OrganizationID, in.ID)
 	if err != nil {
-		return nil, domainNotFound(err)
+		return nil, err
 	}
 	if err := s.onboarding.Verify(ctx, d); err != nil {
 		return nil, err
 	}
 	// Read again: the answer shows what the check stored.
 	if d, err = s.store.DomainByID(ctx, d.ID); err != nil {
-		return nil, domainNotFound(err)
+		return nil, err
 	}
 	return s.dnsRecordsResponse(ctx, d)
 }
@@ -238,13 +234,6 @@ func (s *Server) dnsRecordsResponse(ctx context.Context, d *store.Domain) (*Resp
 		}
 	}
 	return respond(out), nil
-}
-
-func domainNotFound(err error) error {
-	if errors.Is(err, store.ErrNotFound) {
-		return notFoundError("domain")
-	}
-	return err
 }
 
 func utc(t *time.Time) *time.Time {

@@ -9,34 +9,63 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/apperr"
 )
 
-// Error codes the API answers with. The HTTP status says the class, the code
-// says which; the README's table lists each with its status.
+// Error codes the API answers with, under the names this package has always
+// used; the codes themselves live in internal/apperr, their statuses in
+// httpStatusByCode.
 const (
-	CodeBadRequest            = "bad_request"             // 400
-	CodeUnauthorized          = "unauthorized"            // 401
-	CodeForbidden             = "forbidden"               // 403
-	CodeNotFound              = "not_found"               // 404
-	CodeMethodNotAllowed      = "method_not_allowed"      // 405
-	CodeDomainExists          = "domain_exists"           // 409
-	CodeDomainNotVerified     = "domain_not_verified"     // 409
-	CodeConflict              = "conflict"                // 409
-	CodeWebhookLimitReached   = "webhook_limit_reached"   // 409
-	CodeIdempotencyInProgress = "idempotency_in_progress" // 409
-	CodeRotationInProgress    = "rotation_in_progress"    // 409
-	CodeTooManySecrets        = "too_many_secrets"        // 409
-	CodePayloadTooLarge       = "payload_too_large"       // 413
-	CodeValidationFailed      = "validation_failed"       // 422
-	CodeIdempotencyKeyReused  = "idempotency_key_reused"  // 422
-	CodeRateLimited           = "rate_limited"            // 429
-	CodeInternal              = "internal"                // 500
-	CodeUnavailable           = "unavailable"             // 503
+	CodeBadRequest            = apperr.BadRequest
+	CodeUnauthorized          = apperr.Unauthorized
+	CodeForbidden             = apperr.Forbidden
+	CodeNotFound              = apperr.NotFound
+	CodeMethodNotAllowed      = apperr.MethodNotAllowed
+	CodeDomainExists          = apperr.DomainExists
+	CodeDomainNotVerified     = apperr.DomainNotVerified
+	CodeConflict              = apperr.Conflict
+	CodeWebhookLimitReached   = apperr.WebhookLimitReached
+	CodeIdempotencyInProgress = apperr.IdempotencyInProgress
+	CodeRotationInProgress    = apperr.RotationInProgress
+	CodeTooManySecrets        = apperr.TooManySecrets
+	CodePayloadTooLarge       = apperr.PayloadTooLarge
+	CodeValidationFailed      = apperr.ValidationFailed
+	CodeIdempotencyKeyReused  = apperr.IdempotencyKeyReused
+	CodeRateLimited           = apperr.RateLimited
+	CodeInternal              = apperr.Internal
+	CodeUnavailable           = apperr.Unavailable
 )
+
+// httpStatusByCode is the one table from error codes to HTTP statuses. A handler
+// returns an *apperr.Error (the store's, or its own) and convertError answers it
+// with its code's status and its message; no handler translates errors itself.
+// The HTTP status says the class, the code says which. The README's error table
+// lists exactly these codes (TestREADMEListsEveryErrorCode).
+var httpStatusByCode = map[string]int{
+	apperr.BadRequest:            http.StatusBadRequest,
+	apperr.Unauthorized:          http.StatusUnauthorized,
+	apperr.Forbidden:             http.StatusForbidden,
+	apperr.NotFound:              http.StatusNotFound,
+	apperr.MethodNotAllowed:      http.StatusMethodNotAllowed,
+	apperr.Conflict:              http.StatusConflict,
+	apperr.DomainExists:          http.StatusConflict,
+	apperr.DomainNotVerified:     http.StatusConflict,
+	apperr.RotationInProgress:    http.StatusConflict,
+	apperr.WebhookLimitReached:   http.StatusConflict,
+	apperr.TooManySecrets:        http.StatusConflict,
+	apperr.IdempotencyInProgress: http.StatusConflict,
+	apperr.PayloadTooLarge:       http.StatusRequestEntityTooLarge,
+	apperr.ValidationFailed:      http.StatusUnprocessableEntity,
+	apperr.IdempotencyKeyReused:  http.StatusUnprocessableEntity,
+	apperr.RateLimited:           http.StatusTooManyRequests,
+	apperr.Internal:              http.StatusInternalServerError,
+	apperr.Unavailable:           http.StatusServiceUnavailable,
+}
 
 // codeForStatus is the default code of a status, used for errors that Huma itself
 // raises (validation, body parsing, size limit) and that carry no code of their own.
+// It is httpStatusByCode read backwards (TestCodeForStatusInvertsTheTable), plus
+// the few statuses Huma answers that no code of ours has.
 func codeForStatus(status int) string {
 	switch status {
 	case http.StatusBadRequest, http.StatusUnsupportedMediaType, http.StatusNotAcceptable, http.StatusRequestTimeout:
@@ -91,22 +120,36 @@ func (e *ErrorResponse) Error() string           { return e.Err.Code + ": " + e.
 func (e *ErrorResponse) GetStatus() int          { return e.status }
 func (e *ErrorResponse) GetHeaders() http.Header { return e.headers }
 
-// NewAPIError builds an error answer with an explicit code.
+// NewAPIError builds an error answer with an explicit status. Only Huma's own
+// errors need one (their status comes first); everything else returns an
+// *apperr.Error, or uses newError when it must write the answer itself.
 func NewAPIError(status int, code, message string, details ...ErrorDetail) *ErrorResponse {
 	return &ErrorResponse{status: status, headers: http.Header{}, Status: "error", Err: ErrorBody{Code: code, Message: message, Details: details}}
 }
 
-// fieldError is a 422 for one field, in the same shape as Huma's own validation errors.
-func fieldError(location, message string) *ErrorResponse {
-	return NewAPIError(http.StatusUnprocessableEntity, CodeValidationFailed, "validation failed", ErrorDetail{Location: location, Message: message})
+// newError is the answer for code, with the status httpStatusByCode gives it:
+// for middleware, which writes answers itself, and for answers with details or
+// headers, which an *apperr.Error does not carry.
+func newError(code, message string, details ...ErrorDetail) *ErrorResponse {
+	status, ok := httpStatusByCode[code]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	return NewAPIError(status, code, message, details...)
 }
 
+// fieldError is a 422 for one field, in the same shape as Huma's own validation errors.
+func fieldError(location, message string) *ErrorResponse {
+	return newError(CodeValidationFailed, "validation failed", ErrorDetail{Location: location, Message: message})
+}
+
+// notFoundError is a 404 that is not about a stored resource (an unknown route).
 func notFoundError(what string) *ErrorResponse {
-	return NewAPIError(http.StatusNotFound, CodeNotFound, what+" not found")
+	return newError(CodeNotFound, what+" not found")
 }
 
 func unauthorizedError(message string) *ErrorResponse {
-	e := NewAPIError(http.StatusUnauthorized, CodeUnauthorized, message)
+	e := newError(CodeUnauthorized, message)
 	e.headers.Set("WWW-Authenticate", `Bearer realm="mailyard"`)
 	return e
 }
@@ -158,23 +201,27 @@ func buildError(ctx context.Context, status int, msg string, errs ...error) huma
 	return NewAPIError(status, codeForStatus(status), msg, details...)
 }
 
-// convertError maps errors from the store and Temporal to answers. Anything it does
-// not recognise becomes a 500 whose cause is logged, not sent.
+// convertError turns what a handler returned into an answer: an *apperr.Error
+// (the first in the chain) with its code's status from httpStatusByCode and its
+// message; an unreachable database or Temporal with a 503. Anything else becomes
+// a 500 whose cause is logged, not sent.
 func convertError(ctx context.Context, err error) error {
 	var apiErr *ErrorResponse
+	var appErr *apperr.Error
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &apiErr):
 		return apiErr
-	case errors.Is(err, store.ErrNotFound):
-		return notFoundError("resource")
-	case errors.Is(err, store.ErrDomainNotVerified):
-		return NewAPIError(http.StatusConflict, CodeDomainNotVerified, "the domain is not verified")
-	case errors.Is(err, store.ErrRotationInProgress):
-		return NewAPIError(http.StatusConflict, CodeRotationInProgress, "a DKIM rotation of this domain is in progress")
+	case errors.As(err, &appErr):
+		status, known := httpStatusByCode[appErr.Code]
+		if !known || appErr.Code == apperr.Internal {
+			// Unknown codes are bugs, and internal errors are never explained.
+			return buildError(ctx, http.StatusInternalServerError, "unexpected error", err)
+		}
+		return NewAPIError(status, appErr.Code, appErr.Message)
 	case errors.Is(err, context.DeadlineExceeded), isUnavailable(err):
-		return NewAPIError(http.StatusServiceUnavailable, CodeUnavailable, "a dependency is unavailable; try again")
+		return newError(CodeUnavailable, "a dependency is unavailable; try again")
 	default:
 		return buildError(ctx, http.StatusInternalServerError, "unexpected error", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 
+	"github.com/mailyard/mailyard/internal/apperr"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/domainname"
 	"github.com/mailyard/mailyard/internal/eventtype"
@@ -113,7 +114,7 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 	}
 	if err := s.deliveries.StartFirst(ctx, deliveryruns.PendingIDs(deliveries)); err != nil {
 		s.logger.WarnContext(ctx, "deliveries stored but not scheduled", "request_id", RequestID(ctx), "event_id", b.EventID, "error", err)
-		return nil, NewAPIError(http.StatusServiceUnavailable, CodeUnavailable,
+		return nil, apperr.Errorf(apperr.Unavailable, "delivery",
 			"the deliveries are stored but could not all be scheduled; send the same event again")
 	}
 	out := IngestEventData{EventID: b.EventID, DeliveryIDs: make([]string, 0, len(deliveries))}

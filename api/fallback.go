@@ -20,7 +20,7 @@ func withEnvelopedFallbacks(mux *http.ServeMux) http.Handler {
 		switch probe.status {
 		case http.StatusMethodNotAllowed:
 			w.Header().Set("Allow", probe.header.Get("Allow"))
-			writeError(w, NewAPIError(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path))
+			writeError(w, newError(CodeMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path))
 		case http.StatusNotFound:
 			writeError(w, notFoundError("route "+r.Method+" "+r.URL.Path))
 		default:

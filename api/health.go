@@ -37,7 +37,7 @@ func (s *Server) registerHealth() {
 			details = append(details, ErrorDetail{Location: "temporal", Message: "not reachable"})
 		}
 		if len(details) > 0 {
-			return nil, NewAPIError(http.StatusServiceUnavailable, CodeUnavailable, "not ready", details...)
+			return nil, newError(CodeUnavailable, "not ready", details...)
 		}
 		return respond(HealthData{Status: "ok"}), nil
 	})

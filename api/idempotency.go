@@ -13,6 +13,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/mailyard/mailyard/internal/apperr"
 	"github.com/mailyard/mailyard/internal/store"
 )
 
@@ -107,7 +108,7 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 	}
 	body, err := io.ReadAll(io.LimitReader(ctx.BodyReader(), maxBodyBytes+1))
 	if err != nil {
-		fail(NewAPIError(http.StatusBadRequest, CodeBadRequest, "cannot read the request body"))
+		fail(apperr.Errorf(apperr.BadRequest, "", "cannot read the request body"))
 		return
 	}
 	rec := &recordingContext{innerContext: ctx, body: body, header: http.Header{}}
@@ -136,7 +137,7 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 			return
 		}
 		if !bytes.Equal(row.Fingerprint, fingerprint) {
-			fail(NewAPIError(http.StatusUnprocessableEntity, CodeIdempotencyKeyReused,
+			fail(apperr.Errorf(apperr.IdempotencyKeyReused, "idempotency key",
 				"this Idempotency-Key was used for another request (method, path or body differ); use a new key for a new request"))
 			return
 		}
@@ -148,7 +149,7 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			fail(NewAPIError(http.StatusConflict, CodeIdempotencyInProgress,
+			fail(apperr.Errorf(apperr.IdempotencyInProgress, "idempotency key",
 				"a request with this Idempotency-Key is still being answered; retry shortly to get its answer"))
 			return
 		}
@@ -242,7 +243,7 @@ func idempotencyKeyOf(ctx huma.Context) (string, bool) {
 func asAPIError(ctx context.Context, err error) *ErrorResponse {
 	var e *ErrorResponse
 	if !errors.As(convertError(ctx, err), &e) {
-		e = NewAPIError(http.StatusInternalServerError, CodeInternal, "internal error; quote request id "+RequestID(ctx))
+		e = newError(CodeInternal, "internal error; quote request id "+RequestID(ctx))
 	}
 	return e
 }

@@ -2,7 +2,6 @@ package api
 
 import (
 	"math"
-	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -130,7 +129,7 @@ func (s *Server) admitRate(ctx huma.Context, keyID int64) bool {
 	if v.allowed {
 		return true
 	}
-	e := NewAPIError(http.StatusTooManyRequests, CodeRateLimited,
+	e := newError(CodeRateLimited,
 		"this API key is over its rate limit; retry after "+strconv.Itoa(int(v.retryAfter/time.Second))+" s")
 	e.headers.Set("Retry-After", strconv.Itoa(int(v.retryAfter/time.Second)))
 	writeMiddlewareError(s.api, ctx, e)

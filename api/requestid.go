@@ -47,7 +47,7 @@ func withRequestID(logger *slog.Logger, next http.Handler) http.Handler {
 					panic(v)
 				}
 				logger.ErrorContext(ctx, "panic serving request", "request_id", id, "panic", v, "stack", string(debug.Stack()))
-				writeError(w, NewAPIError(http.StatusInternalServerError, CodeInternal, "internal error; quote request id "+id))
+				writeError(w, newError(CodeInternal, "internal error; quote request id "+id))
 			}
 		}()
 		next.ServeHTTP(w, r.WithContext(ctx))

@@ -11,6 +11,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
 
+	"github.com/mailyard/mailyard/internal/apperr"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/store"
@@ -108,10 +109,10 @@ func (s *Server) registerWebhookDeliveries() {
 }
 
 // errSeriesRunning answers a retry while the previous series still runs.
-var errSeriesRunning = NewAPIError(http.StatusConflict, CodeConflict, "this delivery is still being attempted; retry it once its current attempts have finished")
+var errSeriesRunning = apperr.Errorf(apperr.Conflict, "delivery", "this delivery is still being attempted; retry it once its current attempts have finished")
 
 // errWebhookDisabled refuses to send to a disabled webhook.
-var errWebhookDisabled = NewAPIError(http.StatusConflict, CodeConflict, "this webhook is disabled (see its disabled_reason); enable it with PATCH /api/v1/webhooks/{id} and status enabled")
+var errWebhookDisabled = apperr.Errorf(apperr.Conflict, "webhook", "this webhook is disabled (see its disabled_reason); enable it with PATCH /api/v1/webhooks/{id} and status enabled")
 
 // sampleEvent is what a test delivery carries: recognisable, and no one's
 // personal data.
@@ -191,12 +192,10 @@ func (s *Server) retryDelivery(ctx context.Context, in *RetryDeliveryInput) (*Re
 	}
 	id, err := uuid.Parse(in.DeliveryID)
 	if err != nil {
-		return nil, notFoundError("delivery")
+		// No delivery has an id that is not a UUID: answer like a missing one.
+		return nil, apperr.NotFoundf("delivery")
 	}
 	d, err := s.store.DeliveryOfWebhook(ctx, w.ID, id.String())
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, notFoundError("delivery")
-	}
 	if err != nil {
 		return nil, err
 	}

@@ -2,13 +2,13 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/mailyard/mailyard/internal/apperr"
 	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/platformevents"
 	"github.com/mailyard/mailyard/internal/store"
@@ -173,10 +173,6 @@ func (s *Server) createWebhook(ctx context.Context, in *CreateWebhookInput) (*Re
 	err = s.store.CreateWebhook(ctx, w, MaxWebhooksPerOrganization, func(id int64) ([]byte, error) {
 		return box.Seal([]byte(secret), store.WebhookSecretBinding(id))
 	})
-	if errors.Is(err, store.ErrLimitReached) {
-		return nil, NewAPIError(http.StatusConflict, CodeWebhookLimitReached,
-			fmt.Sprintf("this organization already has %d webhooks, the most it can have; delete one first", MaxWebhooksPerOrganization))
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -202,13 +198,9 @@ func (s *Server) listWebhooks(ctx context.Context, in *ListWebhooksInput) (*Resp
 }
 
 // ownWebhook reads a webhook of the caller's organization; any other id is
-// 404, never 403.
+// 404 (the store's "webhook not found"), never 403.
 func (s *Server) ownWebhook(ctx context.Context, id int64) (*store.Webhook, error) {
-	w, err := s.store.WebhookInOrganization(ctx, principalFrom(ctx).OrganizationID, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, notFoundError("webhook")
-	}
-	return w, err
+	return s.store.WebhookInOrganization(ctx, principalFrom(ctx).OrganizationID, id)
 }
 
 func (s *Server) getWebhook(ctx context.Context, in *WebhookIDInput) (*Response[WebhookData], error) {
@@ -221,9 +213,6 @@ func (s *Server) getWebhook(ctx context.Context, in *WebhookIDInput) (*Response[
 
 func (s *Server) deleteWebhook(ctx context.Context, in *WebhookIDInput) (*Response[WebhookData], error) {
 	w, stopped, err := s.store.DeleteWebhook(ctx, principalFrom(ctx).OrganizationID, in.ID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, notFoundError("webhook")
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -260,9 +249,6 @@ func (s *Server) updateWebhook(ctx context.Context, in *UpdateWebhookInput) (*Re
 	}
 	var announce []string
 	w, stopped, disabled, err := s.store.UpdateWebhook(ctx, principalFrom(ctx).OrganizationID, in.ID, patch, s.platform.StageDisable(&announce))
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, notFoundError("webhook")
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +264,7 @@ func (s *Server) updateWebhook(ctx context.Context, in *UpdateWebhookInput) (*Re
 	}
 	if err != nil {
 		s.logger.WarnContext(ctx, "webhook.disabled stored but not scheduled", "request_id", RequestID(ctx), "webhook_id", w.ID, "error", err)
-		return nil, NewAPIError(http.StatusServiceUnavailable, CodeUnavailable,
+		return nil, apperr.Errorf(apperr.Unavailable, "webhook",
 			"the webhook is disabled, but its webhook.disabled event could not be scheduled; send the same request again")
 	}
 	return respond(WebhookData{Webhook: webhookFromStore(w)}), nil
@@ -309,13 +295,7 @@ func (s *Server) rotateWebhookSecret(ctx context.Context, in *RotateSecretInput)
 		},
 		SealNew: func(id int64) ([]byte, error) { return box.Seal([]byte(secret), store.WebhookSecretBinding(id)) },
 	})
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return nil, notFoundError("webhook")
-	case errors.Is(err, store.ErrTooManySecrets):
-		return nil, NewAPIError(http.StatusConflict, CodeTooManySecrets,
-			fmt.Sprintf("this webhook already has %d previous secrets that have not expired; wait for one to expire, or rotate with expire_previous_in_seconds 0 to end every overlap", MaxPreviousSecrets))
-	case err != nil:
+	if err != nil {
 		return nil, err
 	}
 	return respond(RotatedSecretData{SigningSecret: secret, PreviousSecretExpiresAt: expires.UTC()}), nil

@@ -17,6 +17,7 @@ import (
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/devsmtp"
 	"github.com/mailyard/mailyard/internal/temporaldev"
 )
 
@@ -32,7 +33,14 @@ var devDefaults = map[string]string{
 	"MAILYARD_DNS_ADDR":                       "127.0.0.1:8053",
 	"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true",
 	"MAILYARD_WEBHOOK_ALLOW_HTTP":             "true",
+	// Email goes to dev's own SMTP server, which keeps each message as
+	// .data/mail/<email_id>.eml.
+	"MAILYARD_SMTP_MODE":  "relay",
+	"MAILYARD_SMTP_RELAY": devSMTPAddr,
 }
+
+// devSMTPAddr is where `mailyard dev` listens for the mail it sends.
+const devSMTPAddr = "127.0.0.1:2525"
 
 // cmdDev runs the whole product in one process on SQLite, with the real Temporal
 // dev server as a child process persisted under .data/.
@@ -103,16 +111,24 @@ func cmdDev(ctx context.Context, logger *slog.Logger) error {
 	}
 	defer tc.Close()
 
+	mailDir := filepath.Join(dataDir, "mail")
+	sink, err := devsmtp.Start(devSMTPAddr, mailDir, logger)
+	if err != nil {
+		return err
+	}
+	defer sink.Close()
+
 	fmt.Fprintf(os.Stderr, `
 Mailyard is running on its embedded defaults (Ctrl-C stops everything):
   API          http://%s/api/v1   (docs: http://%s/docs)
   Temporal UI  %s
   DKIM zone    %s on %s (udp and tcp)
+  sent mail    %s/<email_id>.eml (SMTP on %s)
   admin key    %s   (also in .data/admin-key)
 
   curl -H "Authorization: Bearer $(cat .data/admin-key)" http://%s/api/v1/domains
 
-`, cfg.HTTPAddr, cfg.HTTPAddr, temporal.UIURL, cfg.DKIMHost, cfg.DNSAddr, adminKey, cfg.HTTPAddr)
+`, cfg.HTTPAddr, cfg.HTTPAddr, temporal.UIURL, cfg.DKIMHost, cfg.DNSAddr, mailDir, devSMTPAddr, adminKey, cfg.HTTPAddr)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveAPI(gctx, cfg, st, tc, logger) })

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+
+	"github.com/mailyard/mailyard/internal/apperr"
 )
 
 // Key statuses.
@@ -46,7 +48,8 @@ func insertAPIKey(ctx context.Context, db bun.IDB, key *APIKey) error {
 	}
 	_, err := db.NewInsert().Model(key).Returning("id").Exec(ctx)
 	if isUniqueViolation(err) {
-		return ErrConflict
+		// Two random 256-bit keys with one digest: a new request makes a new key.
+		return apperr.Errorf(apperr.Conflict, "credential", "another credential has the same key; send the request again")
 	}
 	return err
 }
@@ -59,7 +62,7 @@ func (s *Store) ActiveAPIKeyByDigest(ctx context.Context, digest []byte) (*APIKe
 		Column("id", "organization_id", "sending_domain_id", "permissions", "last_used_at").
 		Where("digest = ?", digest).Where("status = ?", KeyActive).
 		Scan(ctx)
-	return key, notFound(err)
+	return key, notFound(err, "credential")
 }
 
 // TouchAPIKey records a use, at most once per interval: the condition makes the

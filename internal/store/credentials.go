@@ -4,10 +4,12 @@ import (
 	"context"
 
 	"github.com/uptrace/bun"
+
+	"github.com/mailyard/mailyard/internal/apperr"
 )
 
 // CreateCredential stores a new API key (already carrying its organization, domain,
-// digest and permissions). A digest collision is ErrConflict.
+// digest and permissions). A digest collision is a conflict (ErrConflict).
 func (s *Store) CreateCredential(ctx context.Context, key *APIKey) error {
 	return insertAPIKey(ctx, s.DB, key)
 }
@@ -31,7 +33,7 @@ func (s *Store) ActiveCredentials(ctx context.Context, orgID int64, page Page) (
 
 // RevokeCredential revokes an active key of the organization and returns it. The
 // update is guarded by status, so of two concurrent revocations exactly one
-// succeeds; an unknown, foreign or already revoked id is ErrNotFound. Nothing caches
+// succeeds; an unknown, foreign or already revoked id is not found (ErrNotFound). Nothing caches
 // keys: the authentication query reads the status on every request, so the key is
 // refused everywhere as soon as this returns.
 func (s *Store) RevokeCredential(ctx context.Context, orgID, id int64) (*APIKey, error) {
@@ -50,12 +52,12 @@ func (s *Store) RevokeCredential(ctx context.Context, orgID, id int64) (*APIKey,
 		if n, err := res.RowsAffected(); err != nil {
 			return err
 		} else if n == 0 {
-			return ErrNotFound
+			return apperr.NotFoundf("credential")
 		}
 		return tx.NewSelect().Model(key).Where("id = ?", id).Scan(ctx)
 	})
 	if err != nil {
-		return nil, notFound(err)
+		return nil, notFound(err, "credential")
 	}
 	return key, nil
 }

@@ -72,7 +72,7 @@ func (s *Store) DeliveryWithWebhook(ctx context.Context, id string) (*Delivery, 
 	// One round trip per attempt: the join instead of two look-ups.
 	d := new(Delivery)
 	if err := s.DB.NewSelect().Model(d).Relation("Webhook").Where("delivery.id = ?", id).Scan(ctx); err != nil {
-		return nil, nil, notFound(err)
+		return nil, nil, notFound(err, "delivery")
 	}
 	return d, d.Webhook, nil
 }
@@ -188,7 +188,7 @@ func (s *Store) DeliveryOfWebhook(ctx context.Context, webhookID int64, id strin
 	err := s.DB.NewSelect().Model(d).ExcludeColumn("body").
 		Where("id = ?", id).Where("webhook_id = ?", webhookID).
 		Scan(ctx)
-	return d, notFound(err)
+	return d, notFound(err, "delivery")
 }
 
 // ListDeliveries returns a page of a webhook's deliveries, newest first, and

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strconv"
 	"strings"
@@ -72,7 +73,7 @@ func (s *Store) InsertDKIMKeyIfAbsent(ctx context.Context, k *DKIMKey) (*DKIMKey
 	}
 	stored := new(DKIMKey)
 	err := s.DB.NewSelect().Model(stored).Where("selector = ?", k.Selector).Where("generation = ?", k.Generation).Scan(ctx)
-	return stored, notFound(err)
+	return stored, notFound(err, "DKIM key")
 }
 
 // CurrentDKIMKeys returns a domain's keys that are not retired, by position and
@@ -105,7 +106,7 @@ func (s *Store) DKIMKeyInState(ctx context.Context, domainID int64, state string
 	err := s.DB.NewSelect().Model(k).Where("domain_id = ?", domainID).Where("state = ?", state).
 		OrderExpr("generation").Limit(1).Scan(ctx)
 	if err != nil {
-		if errors.Is(notFound(err), ErrNotFound) {
+		if errors.Is(err, sql.ErrNoRows) {
 			return nil, ErrNoDKIMKey
 		}
 		return nil, err

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+
+	"github.com/mailyard/mailyard/internal/apperr"
 )
 
 // Domain statuses.
@@ -126,7 +128,7 @@ type DomainRecord struct {
 }
 
 // CreateDomain inserts a domain and its records in one transaction. A repeat of
-// the same name in the organization, or a token collision, is ErrConflict.
+// the same name in the organization, or a token collision, is domain_exists.
 func (s *Store) CreateDomain(ctx context.Context, d *Domain, records []DomainRecord) error {
 	if d.CreatedAt.IsZero() {
 		d.CreatedAt = now()
@@ -157,7 +159,7 @@ func (s *Store) CreateDomain(ctx context.Context, d *Domain, records []DomainRec
 		return err
 	})
 	if isUniqueViolation(err) {
-		return ErrConflict
+		return apperr.Errorf(apperr.DomainExists, "domain", "domain %s was already added to this organization", d.Domain)
 	}
 	return err
 }
@@ -178,14 +180,14 @@ func (s *Store) DomainInOrganization(ctx context.Context, orgID, id int64) (*Dom
 	d := new(Domain)
 	err := s.DB.NewSelect().Model(d).Where("id = ?", id).Where("organization_id = ?", orgID).
 		Where("deleted_at IS NULL").Scan(ctx)
-	return d, notFound(err)
+	return d, notFound(err, "domain")
 }
 
 // DomainByID reads a domain, deleted or not, for the workers, which act on ids from workflows.
 func (s *Store) DomainByID(ctx context.Context, id int64) (*Domain, error) {
 	d := new(Domain)
 	err := s.DB.NewSelect().Model(d).Where("id = ?", id).Scan(ctx)
-	return d, notFound(err)
+	return d, notFound(err, "domain")
 }
 
 // DomainRecords returns a domain's records in their fixed order.
@@ -240,7 +242,7 @@ func (s *Store) SaveChecks(ctx context.Context, domainID int64, checks []RecordC
 		}
 		return tx.NewSelect().Model((*Domain)(nil)).Column("status").Where("id = ?", domainID).Scan(ctx, &status)
 	})
-	return status, notFound(err)
+	return status, notFound(err, "domain")
 }
 
 // FailDomain ends a verification window without success: pending becomes failed.
@@ -252,7 +254,7 @@ func (s *Store) FailDomain(ctx context.Context, domainID int64) (string, error) 
 	}
 	var status string
 	err := s.DB.NewSelect().Model((*Domain)(nil)).Column("status").Where("id = ?", domainID).Scan(ctx, &status)
-	return status, notFound(err)
+	return status, notFound(err, "domain")
 }
 
 // ReopenDomain starts a new verification window for a failed domain.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/mailyard/mailyard/internal/apperr"
 	"github.com/mailyard/mailyard/internal/secrets"
 )
 
@@ -104,7 +105,7 @@ func (s *Store) IdempotencyKey(ctx context.Context, orgID int64, key string) (*I
 		Where("organization_id = ?", orgID).Where("idempotency_key = ?", key).
 		Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, ErrNotFound
+		return nil, apperr.NotFoundf("idempotency key")
 	}
 	return row, err
 }

@@ -2,9 +2,10 @@ package store
 
 import (
 	"context"
-	"errors"
 
 	"github.com/uptrace/bun"
+
+	"github.com/mailyard/mailyard/internal/apperr"
 )
 
 // DefaultRotationIntervalDays is how often a domain's DKIM key rotates unless
@@ -22,10 +23,11 @@ const (
 	RotationDone = "done"
 )
 
-// Errors of the domain lifecycle.
+// Errors of the domain lifecycle (the API's rotate answers them too, for what
+// the rotation workflow refuses).
 var (
-	ErrDomainNotVerified  = errors.New("domain is not verified")
-	ErrRotationInProgress = errors.New("a DKIM rotation is in progress")
+	ErrDomainNotVerified  = &apperr.Error{Code: apperr.DomainNotVerified, Resource: "domain", Message: "the domain is not verified"}
+	ErrRotationInProgress = &apperr.Error{Code: apperr.RotationInProgress, Resource: "domain", Message: "a DKIM rotation of this domain is in progress"}
 )
 
 // lockDomain reads a domain inside tx, locking its row on PostgreSQL so that
@@ -37,7 +39,7 @@ func (s *Store) lockDomain(ctx context.Context, tx bun.Tx, id int64) (*Domain, e
 	if s.IsPostgres() {
 		q = q.For("UPDATE")
 	}
-	return d, notFound(q.Scan(ctx))
+	return d, notFound(q.Scan(ctx), "domain")
 }
 
 // inLiveDomainTx runs fn in a transaction with the domain's row locked; a
@@ -49,7 +51,7 @@ func (s *Store) inLiveDomainTx(ctx context.Context, id int64, fn func(context.Co
 			return err
 		}
 		if d.DeletedAt != nil {
-			return ErrNotFound
+			return apperr.NotFoundf("domain")
 		}
 		return fn(ctx, tx, d)
 	})
@@ -70,7 +72,7 @@ func (s *Store) DeleteDomainForCustomer(ctx context.Context, orgID, id int64) (*
 			return err
 		}
 		if d.OrganizationID != orgID || (d.DeletedAt != nil && d.Status != DomainDeleting) {
-			return ErrNotFound
+			return apperr.NotFoundf("domain")
 		}
 		if d.Status == DomainDeleting {
 			return nil
@@ -211,7 +213,7 @@ func (s *Store) FinishRotation(ctx context.Context, domainID, replacementID int6
 		}
 		repl := new(DKIMKey)
 		if err := tx.NewSelect().Model(repl).Where("id = ?", replacementID).Where("domain_id = ?", domainID).Scan(ctx); err != nil {
-			return notFound(err)
+			return notFound(err, "DKIM key")
 		}
 		at := now()
 		if _, err := tx.NewUpdate().Model((*DKIMKey)(nil)).

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -64,7 +65,7 @@ func TestWebhookDisableAndEnable(t *testing.T) {
 		}
 
 		// Another organization's webhook is not found.
-		if _, _, _, err := st.UpdateWebhook(ctx, newOrg(t, st, "other"), w.ID, store.WebhookPatch{Status: &off}, nil); err != store.ErrNotFound {
+		if _, _, _, err := st.UpdateWebhook(ctx, newOrg(t, st, "other"), w.ID, store.WebhookPatch{Status: &off}, nil); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("foreign update: %v", err)
 		}
 	})

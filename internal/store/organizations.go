@@ -37,5 +37,5 @@ func (s *Store) CreateOrganizationWithKey(ctx context.Context, name string, key 
 func (s *Store) OrganizationByName(ctx context.Context, name string) (*Organization, error) {
 	org := new(Organization)
 	err := s.DB.NewSelect().Model(org).Where("name = ?", name).OrderExpr("id").Limit(1).Scan(ctx)
-	return org, notFound(err)
+	return org, notFound(err, "organization")
 }

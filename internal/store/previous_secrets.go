@@ -2,17 +2,17 @@ package store
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/uptrace/bun"
 
+	"github.com/mailyard/mailyard/internal/apperr"
 	"github.com/mailyard/mailyard/internal/secrets"
 )
 
-// ErrTooManySecrets refuses a rotation while a webhook already has the most
-// unexpired previous secrets it may have.
-var ErrTooManySecrets = errors.New("too many unexpired previous secrets")
+// ErrTooManySecrets stands, for errors.Is, for the refusal to rotate while a
+// webhook already has the most unexpired previous secrets it may have.
+var ErrTooManySecrets = &apperr.Error{Code: apperr.TooManySecrets, Resource: "webhook", Message: "too many unexpired previous secrets"}
 
 // PreviousSecret is a signing secret replaced by a rotation and still valid
 // until ExpiresAt. SecretEnc is sealed to this row (PreviousSecretBinding).
@@ -56,7 +56,7 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, orgID, id int64, r Rota
 			q = q.For("UPDATE")
 		}
 		if err := q.Scan(ctx); err != nil {
-			return notFound(err)
+			return notFound(err, "webhook")
 		}
 		at := now()
 		expires = at.Add(r.ExpireIn)
@@ -73,7 +73,8 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, orgID, id int64, r Rota
 				return err
 			}
 			if n >= int64(r.MaxPrevious) {
-				return ErrTooManySecrets
+				return apperr.Errorf(apperr.TooManySecrets, "webhook",
+					"this webhook already has %d previous secrets that have not expired; wait for one to expire, or rotate with expire_previous_in_seconds 0 to end every overlap", r.MaxPrevious)
 			}
 			prev := &PreviousSecret{WebhookID: id, ReplacedAt: at, ExpiresAt: expires}
 			if _, err := tx.NewInsert().Model(prev).Returning("id").Exec(ctx); err != nil {

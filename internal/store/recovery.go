@@ -43,7 +43,7 @@ func (s *Store) ReopenForRecovery(ctx context.Context, id, recoveryID string) (r
 	err = s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		d = new(Delivery)
 		if err := tx.NewSelect().Model(d).ExcludeColumn("body").Relation("Webhook").Where("delivery.id = ?", id).Scan(ctx); err != nil {
-			return notFound(err)
+			return notFound(err, "delivery")
 		}
 		webhookStatus = d.Webhook.Status
 		reopened = false

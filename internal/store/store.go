@@ -19,12 +19,17 @@ import (
 	"github.com/uptrace/bun/dialect/sqlitedialect"
 	"github.com/uptrace/bun/driver/pgdriver"
 	_ "modernc.org/sqlite" // registers the pure-Go "sqlite" driver
+
+	"github.com/mailyard/mailyard/internal/apperr"
 )
 
-// Errors callers map to HTTP answers; they carry no SQL text.
+// The store's refusals are *apperr.Error values that name their resource
+// ("domain not found"); the API answers them as they are. These sentinels stand
+// for a whole code, for errors.Is: errors.Is(err, ErrNotFound) holds for every
+// not-found error, whatever its resource.
 var (
-	ErrNotFound = errors.New("not found")
-	ErrConflict = errors.New("conflict")
+	ErrNotFound = &apperr.Error{Code: apperr.NotFound, Message: "resource not found"}
+	ErrConflict = &apperr.Error{Code: apperr.Conflict, Message: "the resource's state does not allow this"}
 )
 
 // Store wraps the Bun database handle.
@@ -87,10 +92,11 @@ func (s *Store) Ping(ctx context.Context) error { return s.DB.PingContext(ctx) }
 // IsPostgres tells which dialect is in use, for the few queries that differ.
 func (s *Store) IsPostgres() bool { return s.DB.Dialect().Name().String() == "pg" }
 
-// notFound turns sql.ErrNoRows into ErrNotFound and leaves other errors alone.
-func notFound(err error) error {
+// notFound turns sql.ErrNoRows into the not-found error of resource and leaves
+// other errors alone.
+func notFound(err error, resource string) error {
 	if errors.Is(err, sql.ErrNoRows) {
-		return ErrNotFound
+		return apperr.NotFoundf(resource)
 	}
 	return err
 }

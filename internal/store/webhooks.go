@@ -2,11 +2,11 @@ package store
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/uptrace/bun"
 
+	"github.com/mailyard/mailyard/internal/apperr"
 	"github.com/mailyard/mailyard/internal/secrets"
 )
 
@@ -30,9 +30,9 @@ const (
 // announces the disable commits with it or not at all.
 type OnDisable func(ctx context.Context, tx bun.Tx, w *Webhook) error
 
-// ErrLimitReached is returned when an organization already has the most
-// webhooks it may have.
-var ErrLimitReached = errors.New("limit reached")
+// ErrLimitReached stands, for errors.Is, for the refusal to add a webhook to
+// an organization that already has the most it may have.
+var ErrLimitReached = &apperr.Error{Code: apperr.WebhookLimitReached, Resource: "webhook", Message: "webhook limit reached"}
 
 // EventTypes are the event types a webhook subscribes to.
 type EventTypes = CommaList
@@ -96,7 +96,7 @@ func (s *Store) CreateWebhook(ctx context.Context, w *Webhook, limit int, seal f
 			return err
 		}
 		if n >= int64(limit) {
-			return ErrLimitReached
+			return apperr.Errorf(apperr.WebhookLimitReached, "webhook", "this organization already has %d webhooks, the most it can have; delete one first", limit)
 		}
 		if _, err := tx.NewInsert().Model(w).Returning("id").Exec(ctx); err != nil {
 			return err
@@ -133,7 +133,7 @@ func (s *Store) WebhookInOrganization(ctx context.Context, orgID, id int64) (*We
 		Where("organization_id = ?", orgID).
 		Where("status <> ?", WebhookDeleted).
 		Scan(ctx)
-	return w, notFound(err)
+	return w, notFound(err, "webhook")
 }
 
 // DeleteWebhook marks a webhook deleted and fails its pending deliveries in
@@ -147,7 +147,7 @@ func (s *Store) DeleteWebhook(ctx context.Context, orgID, id int64) (*Webhook, [
 			Where("id = ?", id).Where("organization_id = ?", orgID).Where("status <> ?", WebhookDeleted).
 			Scan(ctx)
 		if err != nil {
-			return notFound(err)
+			return notFound(err, "webhook")
 		}
 		at := now()
 		res, err := tx.NewUpdate().Model((*Webhook)(nil)).
@@ -158,7 +158,7 @@ func (s *Store) DeleteWebhook(ctx context.Context, orgID, id int64) (*Webhook, [
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return ErrNotFound
+			return apperr.NotFoundf("webhook")
 		}
 		if err := tx.NewSelect().Model((*Delivery)(nil)).Column("id").
 			Where("webhook_id = ?", id).Where("status = ?", DeliveryPending).
@@ -200,7 +200,7 @@ func (s *Store) UpdateWebhook(ctx context.Context, orgID, id int64, p WebhookPat
 			q = q.For("UPDATE")
 		}
 		if err := q.Scan(ctx); err != nil {
-			return notFound(err)
+			return notFound(err, "webhook")
 		}
 		at := now()
 		upd := tx.NewUpdate().Model(w).WherePK()
@@ -252,7 +252,7 @@ func disableWebhook(ctx context.Context, tx bun.Tx, w *Webhook, reason string, a
 		return nil, err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return nil, ErrConflict
+		return nil, apperr.Errorf(apperr.Conflict, "webhook", "this webhook is not enabled")
 	}
 	if err := tx.NewSelect().Model(w).WherePK().Scan(ctx); err != nil {
 		return nil, err
