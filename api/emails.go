@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/mail"
 	"time"
@@ -13,6 +12,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/mailyard/mailyard/internal/apperr"
 	"github.com/mailyard/mailyard/internal/mailmsg"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/workflows/email"
@@ -172,12 +172,9 @@ func (s *Server) registerEmails() {
 func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[QueuedEmailData], error) {
 	p := principalFrom(ctx)
 	if p.SendingDomainID == nil {
-		return nil, NewAPIError(http.StatusForbidden, CodeForbidden, "sending needs a key scoped to a sending domain; this key is organization-wide")
+		return nil, newError(CodeForbidden, "sending needs a key scoped to a sending domain; this key is organization-wide")
 	}
 	d, err := s.store.DomainInOrganization(ctx, p.OrganizationID, *p.SendingDomainID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, notFoundError("domain")
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -195,12 +192,12 @@ func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[Q
 		for i, pr := range problems {
 			details[i] = ErrorDetail{Location: pr.Location, Message: pr.Message}
 		}
-		return nil, NewAPIError(http.StatusUnprocessableEntity, CodeValidationFailed, "validation failed", details...)
+		return nil, newError(CodeValidationFailed, "validation failed", details...)
 	}
 	// Checked after the body, so a client learns about both kinds of problem
 	// from the first answer it can act on.
 	if d.Status != store.DomainVerified {
-		return nil, NewAPIError(http.StatusConflict, CodeDomainNotVerified, "the key's domain "+d.Domain+" is "+d.Status+"; only verified domains send")
+		return nil, newError(CodeDomainNotVerified, "the key's domain "+d.Domain+" is "+d.Status+"; only verified domains send")
 	}
 
 	content, err := json.Marshal(msg)
@@ -226,7 +223,7 @@ func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[Q
 		if derr := s.store.DeleteUnstartedEmail(context.WithoutCancel(ctx), e.ID); derr != nil {
 			s.logger.ErrorContext(ctx, "remove unstarted email", "email_id", e.ID, "error", derr)
 		}
-		return nil, NewAPIError(http.StatusServiceUnavailable, CodeUnavailable, "the email could not be queued; nothing was sent, send it again")
+		return nil, newError(CodeUnavailable, "the email could not be queued; nothing was sent, send it again")
 	}
 	return respond(QueuedEmailData{Email: QueuedEmail{ID: e.ID, Status: e.Status, CreatedAt: e.CreatedAt.UTC()}}), nil
 }
@@ -271,12 +268,9 @@ func emailScope(p Principal) store.EmailScope {
 
 func (s *Server) getEmail(ctx context.Context, in *EmailIDInput) (*Response[EmailData], error) {
 	if _, err := uuid.Parse(in.ID); err != nil {
-		return nil, notFoundError("email")
+		return nil, apperr.NotFoundf("email")
 	}
 	e, recipients, err := s.store.EmailInScope(ctx, emailScope(principalFrom(ctx)), in.ID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, notFoundError("email")
-	}
 	if err != nil {
 		return nil, err
 	}

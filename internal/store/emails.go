@@ -156,7 +156,7 @@ func (sc EmailScope) apply(q *bun.SelectQuery) *bun.SelectQuery {
 func (s *Store) EmailInScope(ctx context.Context, sc EmailScope, id string) (*Email, []EmailRecipient, error) {
 	e := new(Email)
 	if err := sc.apply(s.DB.NewSelect().Model(e).ExcludeColumn("content", "signed_message").Where("id = ?", id)).Scan(ctx); err != nil {
-		return nil, nil, notFound(err)
+		return nil, nil, notFound(err, "email")
 	}
 	byEmail, err := s.recipientsOf(ctx, []string{e.ID})
 	return e, byEmail[e.ID], err
@@ -198,7 +198,7 @@ func (s *Store) recipientsOf(ctx context.Context, ids []string) (map[string][]Em
 func (s *Store) EmailForDelivery(ctx context.Context, id string) (*Email, *Domain, error) {
 	e := new(Email)
 	if err := s.DB.NewSelect().Model(e).Where("id = ?", id).Scan(ctx); err != nil {
-		return nil, nil, notFound(err)
+		return nil, nil, notFound(err, "email")
 	}
 	d := new(Domain)
 	if err := s.DB.NewSelect().Model(d).Where("id = ?", e.DomainID).Scan(ctx); err != nil {
@@ -220,7 +220,7 @@ func (s *Store) SaveSignedMessage(ctx context.Context, id string, signed []byte,
 	}
 	var stored []byte
 	err = s.DB.NewSelect().Model((*Email)(nil)).Column("signed_message").Where("id = ?", id).Scan(ctx, &stored)
-	return stored, notFound(err)
+	return stored, notFound(err, "email")
 }
 
 // MarkEmailAccepted records that the email's recipients were counted as
