@@ -4,10 +4,16 @@ GO            ?= go
 TEMPORAL_CLI  := bin/temporal
 # The Temporal CLI (with the real dev server and its UI) from the Go module proxy.
 TEMPORAL_VER  := v1.5.1
+# The real Temporal server and its SQL schema tool, for the end-to-end test of the
+# production topology (PostgreSQL persistence, separate processes). Built into bin/
+# like the CLI; never linked into mailyard (go.mod does not require the server).
+TEMPORAL_SERVER_VER := v1.29.1
+TEMPORAL_SERVER     := bin/temporal-server
+TEMPORAL_SQL_TOOL   := bin/temporal-sql-tool
 # The API reference UI at /docs (Stoplight Elements), embedded from api/docsui/elements.
 ELEMENTS_VER  := 9.0.25
 
-.PHONY: run test lint fuzz bench build migrate temporal clean docs-assets
+.PHONY: run test lint fuzz bench build migrate temporal temporal-server clean docs-assets
 
 run: $(TEMPORAL_CLI) build
 	bin/mailyard dev
@@ -27,7 +33,26 @@ $(TEMPORAL_CLI):
 	@echo "This happens once and takes a few minutes; later runs start in seconds."
 	GOBIN=$(CURDIR)/bin $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_VER)
 
-test: $(TEMPORAL_CLI)
+# `go install` names the binaries after their packages (server, sql); each is built
+# into a directory of its own and renamed, so a half-finished build leaves no file
+# that make would take as done.
+temporal-server: $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
+
+$(TEMPORAL_SERVER):
+	@echo "Building the Temporal server $(TEMPORAL_SERVER_VER) from the Go module proxy into $@ (once, a few minutes)."
+	rm -rf bin/.build-temporal-server
+	GOBIN=$(CURDIR)/bin/.build-temporal-server $(GO) install go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VER)
+	mv bin/.build-temporal-server/server $@
+	rm -rf bin/.build-temporal-server
+
+$(TEMPORAL_SQL_TOOL):
+	@echo "Building temporal-sql-tool $(TEMPORAL_SERVER_VER) from the Go module proxy into $@ (once)."
+	rm -rf bin/.build-temporal-sql-tool
+	GOBIN=$(CURDIR)/bin/.build-temporal-sql-tool $(GO) install go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VER)
+	mv bin/.build-temporal-sql-tool/sql $@
+	rm -rf bin/.build-temporal-sql-tool
+
+test: $(TEMPORAL_CLI) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 30m ./...
 
@@ -67,7 +92,7 @@ lint:
 docs-assets:
 	api/docsui/fetch-assets.sh $(ELEMENTS_VER)
 
-bench: $(TEMPORAL_CLI)
+bench: $(TEMPORAL_CLI) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
 	$(GO) run ./internal/bench
 
 clean:

@@ -1,5 +1,6 @@
 // Package testenv gives tests the real components they talk to: a throwaway
-// PostgreSQL database, a SQLite file, and a Temporal dev server.
+// PostgreSQL database, a SQLite file, a Temporal dev server, and the real
+// Temporal server on PostgreSQL (StartRealTemporal).
 package testenv
 
 import (
@@ -27,6 +28,14 @@ const defaultAdminURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=dis
 // the throwaway one) or the local server the development machines run.
 func PostgresURL(t testing.TB) string {
 	t.Helper()
+	u := createDatabase(t, "mailyard_test_")
+	return u.String()
+}
+
+// createDatabase creates a database named prefix + a random suffix on the test
+// server, drops it when the test ends, and returns its URL.
+func createDatabase(t testing.TB, prefix string) *url.URL {
+	t.Helper()
 	admin := os.Getenv("MAILYARD_TEST_DATABASE_URL")
 	if admin == "" {
 		admin = defaultAdminURL
@@ -38,7 +47,7 @@ func PostgresURL(t testing.TB) string {
 		_ = db.Close()
 		t.Fatalf("PostgreSQL is not reachable at %s (%v).\nInstall and start it (apt-get install -y postgresql; pg_ctlcluster 15 main start) or set MAILYARD_TEST_DATABASE_URL.", admin, err)
 	}
-	name := "mailyard_test_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
+	name := prefix + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
 	if _, err := db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
 		_ = db.Close()
 		t.Fatalf("create test database: %v", err)
@@ -54,7 +63,7 @@ func PostgresURL(t testing.TB) string {
 		t.Fatal(err)
 	}
 	u.Path = "/" + name
-	return u.String()
+	return u
 }
 
 // SQLiteURL is a fresh SQLite database file in the test's temporary directory.

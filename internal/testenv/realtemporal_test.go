@@ -1,0 +1,56 @@
+package testenv
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+)
+
+// The real server keeps a workflow across a restart: it is in PostgreSQL, not
+// in the process. A workflow started before Stop is still running after Start,
+// and one started after the restart runs next to it.
+func TestRealTemporalRestartKeepsWorkflows(t *testing.T) {
+	r := StartRealTemporal(t)
+	dial := func() client.Client {
+		c, err := client.Dial(client.Options{HostPort: r.Address, Namespace: r.Namespace, Logger: quietLogger{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	c := dial()
+	// No worker polls this queue: the workflow stays running, only stored.
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "before-restart", TaskQueue: "nobody-polls"}, "Anything")
+	c.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	r.Stop()
+	down, cancelDown := context.WithTimeout(ctx, 5*time.Second)
+	if c, err := client.DialContext(down, client.Options{HostPort: r.Address, Logger: quietLogger{}}); err == nil {
+		c.Close()
+		t.Fatal("the frontend still answers after Stop")
+	}
+	cancelDown()
+	r.Start()
+
+	c = dial()
+	defer c.Close()
+	desc, err := c.DescribeWorkflowExecution(ctx, "before-restart", "")
+	if err != nil {
+		t.Fatalf("the workflow started before the restart: %v", err)
+	}
+	if got := desc.WorkflowExecutionInfo.Status; got != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || desc.WorkflowExecutionInfo.Execution.RunId != run.GetRunID() {
+		t.Fatalf("after the restart: status %v run %s, want running run %s", got, desc.WorkflowExecutionInfo.Execution.RunId, run.GetRunID())
+	}
+	if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "after-restart", TaskQueue: "nobody-polls"}, "Anything"); err != nil {
+		t.Fatalf("start after the restart: %v", err)
+	}
+}
