@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -25,8 +26,11 @@ const testEncryptionKey = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
 // stack is Mailyard running as separate api, worker and dns processes.
 type stack struct {
 	t           *testing.T
-	env         []string
-	apiURL      string
+	env         []string // what every process gets; api listeners are added per process
+	apiURL      string   // the first api process
+	apiURLs     []string // every api process's public listener
+	internal    []string // every api process's internal listener (host:port)
+	workers     []*testenv.Process
 	dnsAddr     string
 	temporal    string
 	adminKey    string
@@ -35,24 +39,37 @@ type stack struct {
 	databaseURL string
 }
 
+// topology is what startTopology runs.
+type topology struct {
+	temporal string // frontend address; empty: a dev server of the test's own
+	apis     int    // api processes, each with its own listeners
+	workers  int
+	env      []string // added to every process's environment
+}
+
 func startStack(t *testing.T, extraEnv ...string) *stack {
+	return startTopology(t, topology{apis: 1, workers: 1, env: extraEnv})
+}
+
+// startTopology migrates a fresh database, creates the organization acme, and
+// starts the processes: apis × api, workers × worker, one dns.
+func startTopology(t *testing.T, top topology) *stack {
 	t.Helper()
-	// Its own Temporal server: the rotation workflows a test leaves running must
-	// not be joined by the next test's domain with the same id.
-	s := &stack{t: t, customer: testenv.StartDNSZone(t), temporal: testenv.OwnTemporal(t), databaseURL: testenv.PostgresURL(t)}
-	httpAddr := testenv.FreeAddr(t)
+	if top.temporal == "" {
+		// Its own Temporal server: the rotation workflows a test leaves running
+		// must not be joined by the next test's domain with the same id.
+		top.temporal = testenv.OwnTemporal(t)
+	}
+	s := &stack{t: t, customer: testenv.StartDNSZone(t), temporal: top.temporal, databaseURL: testenv.PostgresURL(t)}
 	s.dnsAddr = testenv.FreeAddr(t)
-	s.apiURL = "http://" + httpAddr
 	s.env = append([]string{
 		"MAILYARD_DATABASE_URL=" + s.databaseURL,
 		"TEMPORAL_ADDRESS=" + s.temporal,
 		"MAILYARD_ENCRYPTION_KEY=" + testEncryptionKey,
 		"MAILYARD_INTERNAL_TOKEN=e2e-internal-token",
-		"MAILYARD_HTTP_ADDR=" + httpAddr,
-		"MAILYARD_INTERNAL_ADDR=" + testenv.FreeAddr(t),
 		"MAILYARD_DNS_ADDR=" + s.dnsAddr,
 		"MAILYARD_DNS_RESOLVER=" + s.customer.Addr,
-	}, extraEnv...)
+	}, top.env...)
 
 	s.run("migrate")
 	out := s.run("org", "create", "acme")
@@ -62,11 +79,22 @@ func startStack(t *testing.T, extraEnv ...string) *stack {
 	}
 	s.adminKey = key
 
-	testenv.Start(t, s.env, "api")
-	testenv.Start(t, s.env, "worker")
+	var listeners []string
+	for range top.apis {
+		httpAddr, internalAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
+		s.apiURLs = append(s.apiURLs, "http://"+httpAddr)
+		s.internal = append(s.internal, internalAddr)
+		listeners = append(listeners, httpAddr, internalAddr)
+		testenv.Start(t, append(slices.Clip(s.env), "MAILYARD_HTTP_ADDR="+httpAddr, "MAILYARD_INTERNAL_ADDR="+internalAddr), "api")
+	}
+	s.apiURL = s.apiURLs[0]
+	for range top.workers {
+		s.workers = append(s.workers, testenv.Start(t, s.env, "worker"))
+	}
 	testenv.Start(t, s.env, "dns")
-	testenv.WaitListening(t, httpAddr, 30*time.Second)
-	testenv.WaitListening(t, s.dnsAddr, 30*time.Second)
+	for _, addr := range append(listeners, s.dnsAddr) {
+		testenv.WaitListening(t, addr, 30*time.Second)
+	}
 
 	c, err := client.Dial(client.Options{HostPort: s.temporal})
 	if err != nil {
@@ -75,6 +103,13 @@ func startStack(t *testing.T, extraEnv ...string) *stack {
 	t.Cleanup(c.Close)
 	s.temporalC = c
 	return s
+}
+
+// on is the stack seen through its i-th api process: call goes there.
+func (s *stack) on(i int) *stack {
+	c := *s
+	c.apiURL = s.apiURLs[i]
+	return &c
 }
 
 // run runs a short-lived subcommand to completion.

@@ -64,6 +64,45 @@ func (r *hookReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// startHookReceiver starts a receiver on loopback and writes its test CA to a
+// file, for the worker's SSL_CERT_FILE.
+func startHookReceiver(t *testing.T) (*hookReceiver, string) {
+	rcv := &hookReceiver{bodies: map[string][]string{}}
+	rcv.Server = httptest.NewUnstartedServer(rcv)
+	rcv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	rcv.StartTLS()
+	t.Cleanup(rcv.Close)
+	caFile := filepath.Join(t.TempDir(), "receiver-ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: rcv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return rcv, caFile
+}
+
+// checkArrivals fails the test unless every delivery that arrived was signed
+// correctly, had an id from want, and came again (if at all) with the same
+// bytes; it returns how many arrived more than once.
+func (r *hookReceiver) checkArrivals(t *testing.T, want map[string]bool) (duplicates int) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.bad) > 0 {
+		t.Fatalf("receiver refused %d requests, e.g. %s", len(r.bad), r.bad[0])
+	}
+	for id, bodies := range r.bodies {
+		if !want[id] {
+			t.Fatalf("unknown delivery id %s arrived", id)
+		}
+		for _, b := range bodies[1:] {
+			duplicates++
+			if b != bodies[0] {
+				t.Fatalf("delivery %s arrived twice with different bodies", id)
+			}
+		}
+	}
+	return duplicates
+}
+
 func (r *hookReceiver) distinct() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -76,15 +115,7 @@ func (r *hookReceiver) distinct() int {
 // holds the signing secret, an email address, a subject or the URL's token.
 func TestWorkerKilledMidDelivery(t *testing.T) {
 	const events = 200
-	rcv := &hookReceiver{bodies: map[string][]string{}}
-	rcv.Server = httptest.NewUnstartedServer(rcv)
-	rcv.Config.ErrorLog = log.New(io.Discard, "", 0)
-	rcv.StartTLS()
-	t.Cleanup(rcv.Close)
-	caFile := filepath.Join(t.TempDir(), "receiver-ca.pem")
-	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: rcv.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	rcv, caFile := startHookReceiver(t)
 
 	dbURL, temporalAddr := testenv.PostgresURL(t), testenv.Temporal(t)
 	httpAddr, internalAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
@@ -153,23 +184,7 @@ func TestWorkerKilledMidDelivery(t *testing.T) {
 	testenv.Start(t, env, "worker")
 
 	testenv.Eventually(t, 3*time.Minute, "every delivery", func() bool { return rcv.distinct() >= events })
-	rcv.mu.Lock()
-	if len(rcv.bad) > 0 {
-		t.Fatalf("receiver refused %d requests, e.g. %s", len(rcv.bad), rcv.bad[0])
-	}
-	duplicates := 0
-	for id, bodies := range rcv.bodies {
-		if !want[id] {
-			t.Fatalf("unknown delivery id %s arrived", id)
-		}
-		for _, b := range bodies[1:] {
-			duplicates++
-			if b != bodies[0] {
-				t.Fatalf("delivery %s arrived twice with different bodies", id)
-			}
-		}
-	}
-	rcv.mu.Unlock()
+	duplicates := rcv.checkArrivals(t, want)
 	t.Logf("%d deliveries arrived, %d duplicates (same id, same bytes)", events, duplicates)
 
 	testenv.Eventually(t, time.Minute, "every delivery recorded as delivered", func() bool {
@@ -191,13 +206,19 @@ func TestWorkerKilledMidDelivery(t *testing.T) {
 	}
 }
 
-// ingest posts event i to the internal listener and returns its delivery ids.
-func ingest(t *testing.T, internalAddr string, i int) []string {
+// eventBody is event i of shop.example as the sending pipeline reports it.
+func eventBody(i int) []byte {
 	body, _ := json.Marshal(map[string]any{
 		"event_id": fmt.Sprintf("evt-%04d", i), "domain": "shop.example", "event_type": "delivered",
 		"timestamp": "2026-11-21T10:00:00Z", "message_id": fmt.Sprintf("msg-%04d", i),
 		"to_email": fmt.Sprintf("user%d@customer.example", i), "subject": fmt.Sprintf("Invoice %d for your order", i),
 	})
+	return body
+}
+
+// ingest posts event i to the internal listener and returns its delivery ids.
+func ingest(t *testing.T, internalAddr string, i int) []string {
+	body := eventBody(i)
 	for try := 0; ; try++ {
 		req, _ := http.NewRequest("POST", "http://"+internalAddr+"/internal/v1/events", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer e2e-internal-token")
