@@ -15,7 +15,7 @@ import (
 func TestRealTemporalRestartKeepsWorkflows(t *testing.T) {
 	r := StartRealTemporal(t)
 	dial := func() client.Client {
-		c, err := client.Dial(client.Options{HostPort: r.Address, Namespace: r.Namespace, Logger: quietLogger{}})
+		c, err := client.Dial(client.Options{HostPort: r.Address, Namespace: r.Namespace, Logger: quietSDKLogger{}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +34,7 @@ func TestRealTemporalRestartKeepsWorkflows(t *testing.T) {
 
 	r.Stop()
 	down, cancelDown := context.WithTimeout(ctx, 5*time.Second)
-	if c, err := client.DialContext(down, client.Options{HostPort: r.Address, Logger: quietLogger{}}); err == nil {
+	if c, err := client.DialContext(down, client.Options{HostPort: r.Address, Logger: quietSDKLogger{}}); err == nil {
 		c.Close()
 		t.Fatal("the frontend still answers after Stop")
 	}
@@ -54,3 +54,11 @@ func TestRealTemporalRestartKeepsWorkflows(t *testing.T) {
 		t.Fatalf("start after the restart: %v", err)
 	}
 }
+
+// quietSDKLogger drops the SDK's connection-retry chatter.
+type quietSDKLogger struct{}
+
+func (quietSDKLogger) Debug(string, ...interface{}) {}
+func (quietSDKLogger) Info(string, ...interface{})  {}
+func (quietSDKLogger) Warn(string, ...interface{})  {}
+func (quietSDKLogger) Error(string, ...interface{}) {}
