@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -342,17 +343,23 @@ func portOf(u *url.URL) string {
 	return "5432"
 }
 
-// freePorts returns n distinct loopback ports nobody listens on right now; all
-// are held open together while choosing, so none comes twice.
+// freePorts returns n distinct loopback ports nobody listens on right now, all
+// held open together while choosing so none comes twice. They are below 32768:
+// the SQL schema stores membership ports as smallint, so the kernel's ephemeral
+// ports (32768 and up) are refused by the server at start.
 func freePorts(n int) ([]int, error) {
 	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 1000 {
+			return nil, errors.New("no free loopback ports between 20000 and 32767")
+		}
+		port := 20000 + rand.IntN(32768-20000)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
-			return nil, err
+			continue
 		}
 		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, port)
 	}
 	return ports, nil
 }

@@ -45,7 +45,7 @@ func StartRealTemporal(t testing.TB) *RealTemporal {
 	t.Cleanup(func() {
 		r.Server.Stop()
 		if t.Failed() {
-			t.Logf("output of the Temporal server:\n%s", r.output.String())
+			t.Logf("end of the Temporal server's output:\n%s", tail(r.output.String(), 16<<10))
 		}
 	})
 	r.Start()
@@ -56,9 +56,17 @@ func StartRealTemporal(t testing.TB) *RealTemporal {
 func (r *RealTemporal) Start() {
 	r.t.Helper()
 	if err := r.Server.Start(context.Background()); err != nil {
-		r.t.Fatalf("%v\n%s", err, r.output.String())
+		r.t.Fatal(err) // the server's output follows, from the cleanup
 	}
 }
 
 // Output is what the server logged so far (warnings and errors).
 func (r *RealTemporal) Output() string { return r.output.String() }
+
+// tail is the last n bytes of s: the server logs stack traces with every error.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
