@@ -263,7 +263,7 @@ func headerName(name string) (string, error) {
 	if slices.Contains(allowedStandardHeaders, canonical) {
 		return canonical, nil
 	}
-	if len(name) > 2 && strings.EqualFold(name[:2], "X-") {
+	if isXHeader(name) {
 		return name, nil
 	}
 	return "", fmt.Errorf("only X- headers and %s can be set; Mailyard writes the others", strings.Join(allowedStandardHeaders, ", "))
