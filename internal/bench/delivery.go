@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/temporaldev"
+	"github.com/mailyard/mailyard/internal/temporalserver"
 	"github.com/mailyard/mailyard/internal/webhook"
 	"github.com/mailyard/mailyard/worker"
 	"github.com/mailyard/mailyard/workflows/delivery"
@@ -93,20 +95,88 @@ func (a *arrivals) at(id string) time.Time {
 	return a.first[id]
 }
 
-// benchDelivery measures end-to-end webhook delivery on a Temporal dev server
-// and PostgreSQL: saturation (2,000 events at once) beside a minimal
-// one-activity workflow doing the same signed POST, latency at 20 events/s,
-// and plain signed POSTs without Temporal.
+// deliveryFigures are one server's delivery measurements.
+type deliveryFigures struct {
+	plain, saturation, ceiling float64 // per second
+	p50, p99                   time.Duration
+}
+
+// benchDelivery measures end-to-end webhook delivery twice, on PostgreSQL both
+// times: on a Temporal dev server (in-memory SQLite, one process) and on the
+// real Temporal server with persistence and visibility in PostgreSQL, as
+// production runs it. The two columns are printed side by side.
 func benchDelivery(ctx context.Context, out io.Writer) error {
 	fmt.Fprintln(out, "\n== webhook delivery (end to end: ingest → workflow → signed HTTPS POST) ==")
+	fmt.Fprintln(out, "-- on the Temporal dev server (temporal server start-dev, in memory)")
 	tsrv, err := temporaldev.Start(ctx, temporaldev.Options{Headless: true})
 	if err != nil {
 		return err
 	}
-	defer tsrv.Stop()
-	st, done, err := benchStore(ctx)
+	dev, err := measureDelivery(ctx, out, tsrv.Address)
+	tsrv.Stop()
 	if err != nil {
 		return err
+	}
+
+	fmt.Fprintln(out, "-- on the real Temporal server v1.29 (bin/temporal-server, PostgreSQL persistence and visibility, 4 history shards)")
+	prod, err := withRealTemporal(ctx, func(addr string) (deliveryFigures, error) { return measureDelivery(ctx, out, addr) })
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(out, "\n%-58s %14s %14s\n", "webhook delivery", "dev server", "real server")
+	row := func(name, unit string, dev, prod float64) {
+		fmt.Fprintf(out, "%-58s %11.1f %-2s %11.1f %-2s\n", name, dev, unit, prod, unit)
+	}
+	row("plain signed POSTs, no Temporal", "/s", dev.plain, prod.plain)
+	row(fmt.Sprintf("saturation, %d events at once: mailyard", saturationEvents), "/s", dev.saturation, prod.saturation)
+	row("  ceiling (1 workflow + 1 activity, same POST)", "/s", dev.ceiling, prod.ceiling)
+	row("  mailyard / ceiling (goal ≥ 80)", "%", 100*dev.saturation/dev.ceiling, 100*prod.saturation/prod.ceiling)
+	row(fmt.Sprintf("latency at %d events/s, p50 (goal < 150)", latencyRate), "ms", ms(dev.p50), ms(prod.p50))
+	row(fmt.Sprintf("latency at %d events/s, p99 (goal < 300)", latencyRate), "ms", ms(dev.p99), ms(prod.p99))
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// withRealTemporal runs f against the real Temporal server on two throwaway
+// PostgreSQL databases, stopped and dropped afterwards.
+func withRealTemporal(ctx context.Context, f func(addr string) (deliveryFigures, error)) (deliveryFigures, error) {
+	persistence, dropPersistence, err := throwawayDatabase(ctx)
+	if err != nil {
+		return deliveryFigures{}, err
+	}
+	defer dropPersistence()
+	visibility, dropVisibility, err := throwawayDatabase(ctx)
+	if err != nil {
+		return deliveryFigures{}, err
+	}
+	defer dropVisibility()
+	dir, err := os.MkdirTemp("", "mailyard-bench-temporal-")
+	if err != nil {
+		return deliveryFigures{}, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := temporalserver.New(ctx, temporalserver.Options{Persistence: persistence, Visibility: visibility, Dir: dir})
+	if err != nil {
+		return deliveryFigures{}, err
+	}
+	if err := srv.Start(ctx); err != nil {
+		return deliveryFigures{}, err
+	}
+	defer srv.Stop()
+	return f(srv.Address)
+}
+
+// measureDelivery measures on the Temporal server at temporalAddr, with a store
+// on a throwaway PostgreSQL database: saturation (2,000 events at once) beside
+// a minimal one-activity workflow doing the same signed POST, latency at 20
+// events/s, and plain signed POSTs without Temporal.
+func measureDelivery(ctx context.Context, out io.Writer, temporalAddr string) (deliveryFigures, error) {
+	var fig deliveryFigures
+	st, done, err := benchStore(ctx)
+	if err != nil {
+		return fig, err
 	}
 	defer done()
 
@@ -125,16 +195,16 @@ func benchDelivery(ctx context.Context, out io.Writer) error {
 	// Benchmarks measure throughput, not the per-key rate limit.
 	cfg, err := config.LoadFrom(func(name string) string { return map[string]string{"MAILYARD_RATE_LIMIT": "off"}[name] }, config.Need{})
 	if err != nil {
-		return err
+		return fig, err
 	}
 	cfg.EncryptionKey, cfg.InternalToken, cfg.WebhookAllowPrivateNetworks = key, "bench-token", true
 	if err := seedWebhook(ctx, st, box, rsrv.URL+"/hook"); err != nil {
-		return err
+		return fig, err
 	}
 
-	tc, err := client.Dial(client.Options{HostPort: tsrv.Address, Logger: quietSDK{}})
+	tc, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietSDK{}})
 	if err != nil {
-		return err
+		return fig, err
 	}
 	defer tc.Close()
 	w := sdkworker.New(tc, delivery.TaskQueue, sdkworker.Options{})
@@ -143,7 +213,7 @@ func benchDelivery(ctx context.Context, out io.Writer) error {
 	registerCeiling(ceiling, httpClient)
 	for _, wk := range []sdkworker.Worker{w, ceiling} {
 		if err := wk.Start(); err != nil {
-			return err
+			return fig, err
 		}
 		defer wk.Stop()
 	}
@@ -154,45 +224,43 @@ func benchDelivery(ctx context.Context, out io.Writer) error {
 
 	// Plain signed POSTs: the ceiling of the receiver and the client alone.
 	rcv.expect(saturationEvents)
-	plain := measurePlain(ctx, httpClient, rsrv.URL+"/plain", saturationEvents)
-	fmt.Fprintf(out, "plain signed POSTs (no Temporal, %d concurrent):   %8.0f /s\n", senders, plain)
+	fig.plain = measurePlain(ctx, httpClient, rsrv.URL+"/plain", saturationEvents)
+	fmt.Fprintf(out, "plain signed POSTs (no Temporal, %d concurrent):   %8.0f /s\n", senders, fig.plain)
 
 	// Warm up both paths so connection set-up and caches are not measured.
 	if _, err := runCeiling(ctx, tc, rcv, 50); err != nil {
-		return err
+		return fig, err
 	}
 	if _, err := runSaturation(ctx, ing, rcv, 50, "warm"); err != nil {
-		return err
+		return fig, err
 	}
 
-	// The dev server's throughput drifts between runs on a 2-core machine, so the
-	// two are measured alternately, twice, and averaged.
-	var ceil, sat float64
+	// Throughput drifts between runs on a 2-core machine, so the two are
+	// measured alternately, twice, and averaged.
 	for round := range saturationRounds {
 		waitIdle(ctx, tc)
 		c, err := runCeiling(ctx, tc, rcv, saturationEvents)
 		if err != nil {
-			return err
+			return fig, err
 		}
 		waitIdle(ctx, tc)
 		m, err := runSaturation(ctx, ing, rcv, saturationEvents, fmt.Sprintf("sat%d", round))
 		if err != nil {
-			return err
+			return fig, err
 		}
 		fmt.Fprintf(out, "  round %d: mailyard %6.1f /s   ceiling %6.1f /s\n", round+1, m, c)
-		ceil += c / saturationRounds
-		sat += m / saturationRounds
+		fig.ceiling += c / saturationRounds
+		fig.saturation += m / saturationRounds
 	}
 	fmt.Fprintf(out, "saturation, %d events at once:   mailyard %6.1f deliveries/s   ceiling (1 workflow + 1 activity, same POST) %6.1f /s   = %3.0f %% (goal ≥ 80 %%)\n",
-		saturationEvents, sat, ceil, 100*sat/ceil)
+		saturationEvents, fig.saturation, fig.ceiling, 100*fig.saturation/fig.ceiling)
 
-	p50, p99, err := runLatency(ctx, ing, rcv)
-	if err != nil {
-		return err
+	if fig.p50, fig.p99, err = runLatency(ctx, ing, rcv); err != nil {
+		return fig, err
 	}
 	fmt.Fprintf(out, "latency, %d events/s for %s, ingest → receipt:   p50 %4.0f ms (goal < 150)   p99 %4.0f ms (goal < 300)\n",
-		latencyRate, latencyDuration, float64(p50.Microseconds())/1000, float64(p99.Microseconds())/1000)
-	return nil
+		latencyRate, latencyDuration, ms(fig.p50), ms(fig.p99))
+	return fig, nil
 }
 
 func seedWebhook(ctx context.Context, st *store.Store, box *secrets.Box, url string) error {
