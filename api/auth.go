@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -22,9 +23,26 @@ const (
 // bearerScheme is the security scheme's name in the OpenAPI document.
 const bearerScheme = "bearer"
 
-// permissionMetadata is the Operation.Metadata key holding the permission an
-// operation needs; operations of this document all need admin.
+// permissionMetadata is the Operation.Metadata key holding the permissions
+// that admit a key to an operation: a string, or a []string of which the key
+// needs any one. Unset means admin.
 const permissionMetadata = "mailyard-permission"
+
+// operationPermissions lists the permissions that admit a key to op, any one
+// of them sufficing.
+func operationPermissions(op *huma.Operation) []string {
+	switch p := op.Metadata[permissionMetadata].(type) {
+	case string:
+		if p != "" {
+			return []string{p}
+		}
+	case []string:
+		if len(p) > 0 {
+			return p
+		}
+	}
+	return []string{PermissionAdmin}
+}
 
 // Principal is the authenticated key behind a request.
 type Principal struct {
@@ -105,12 +123,9 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	if !s.admitRate(ctx, key.ID) {
 		return
 	}
-	need, _ := op.Metadata[permissionMetadata].(string)
-	if need == "" {
-		need = PermissionAdmin
-	}
-	if !key.Permissions.Has(need) {
-		fail(NewAPIError(http.StatusForbidden, CodeForbidden, "this API key lacks the "+need+" permission"))
+	need := operationPermissions(op)
+	if !slices.ContainsFunc(need, key.Permissions.Has) {
+		fail(NewAPIError(http.StatusForbidden, CodeForbidden, "this API key lacks the "+strings.Join(need, " or ")+" permission"))
 		return
 	}
 
