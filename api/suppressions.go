@@ -40,7 +40,7 @@ type ListSuppressionsInput struct {
 
 // SuppressionEmailInput names a suppressed address in the path.
 type SuppressionEmailInput struct {
-	Email string `path:"email" minLength:"1" maxLength:"320" example:"ada@example.com" doc:"The address, in any case (percent-encode it in the path if it holds a / or ?)."`
+	Email string `path:"email" minLength:"1" maxLength:"320" example:"ada@example.com" doc:"The address, in any case (percent-encode it in the path if it holds a /, ?, # or %)."`
 }
 
 func (s *Server) registerSuppressions() {
