@@ -88,6 +88,7 @@ func startServer(t *testing.T, opts serverOptions) *testServer {
 	}()
 	t.Cleanup(func() {
 		_ = srv.Close()
+		_ = l.Close() // in case Serve has not registered it yet
 		<-done
 	})
 	return s

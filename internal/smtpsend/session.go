@@ -155,6 +155,9 @@ func (s *Sender) startTLS(ctx context.Context, raw net.Conn, text *textproto.Con
 		// it; taking them as replies would let an attacker inject them.
 		return nil, &stepError{step: "STARTTLS", err: errors.New("the server sent data ahead of the TLS handshake")}
 	}
+	// The handshake has a time-out of its own, not what is left of the
+	// one set for the commands before it.
+	_ = raw.SetDeadline(time.Time{})
 	tlsConn := tls.Client(raw, s.tlsConfig(srv.host))
 	if err := s.handshakeTLS(ctx, tlsConn); err != nil {
 		return nil, &stepError{step: "TLS handshake", err: err, tlsFailed: true}
