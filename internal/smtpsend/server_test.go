@@ -295,4 +295,3 @@ func newTestPKI(t *testing.T, dnsNames []string, ips []net.IP) testPKI {
 func (p testPKI) serverConfig() *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{p.server}, MinVersion: tls.VersionTLS12}
 }
-
