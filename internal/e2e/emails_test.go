@@ -356,4 +356,3 @@ func (s *stack) callAs(key, method, path string, body any, wantStatus int) map[s
 	defer func() { s.adminKey = admin }()
 	return s.call(method, path, body, wantStatus)
 }
-
