@@ -157,7 +157,8 @@ func withRealTemporal(ctx context.Context, f func(addr string) (deliveryFigures,
 		return deliveryFigures{}, err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := temporalserver.New(ctx, temporalserver.Options{Persistence: persistence, Visibility: visibility, Dir: dir})
+	// More connections than the tests' default: the benchmark runs alone.
+	srv, err := temporalserver.New(ctx, temporalserver.Options{Persistence: persistence, Visibility: visibility, Dir: dir, MaxConns: 10})
 	if err != nil {
 		return deliveryFigures{}, err
 	}

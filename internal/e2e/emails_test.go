@@ -43,6 +43,7 @@ func startMX(t *testing.T) *mxServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mx.Addr = l.Addr().String() // Serve does not set it; port() reads it
 	go func() { _ = mx.Serve(l) }()
 	t.Cleanup(func() { _ = mx.Close() })
 	return mx

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/mail"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,25 +20,36 @@ import (
 
 // TestProductionTopology runs Mailyard as production does: the real Temporal
 // server (not the dev server) with persistence and visibility in PostgreSQL,
-// and two api, two worker and one dns process against it. Domains and webhook
-// deliveries go through both api processes; the Temporal server is stopped in
-// the middle for about 15 seconds and started again on the same databases.
-// Nothing is lost: events sent during the outage are refused with 503 and
-// accepted when sent again, every delivery arrives (a duplicate only with the
-// same id and bytes), a domain whose records appear during the outage is
-// verified by its own workflow's next check afterwards, and no history holds a
-// secret or personal data.
+// and two api, two worker and one dns process against it. Domains, webhook
+// deliveries and emails go through both api processes; the Temporal server is
+// stopped in the middle for about 15 seconds and started again on the same
+// databases. Nothing is lost: events and emails sent during the outage are
+// refused with 503 and accepted when sent again, every delivery arrives (a
+// duplicate only with the same id and bytes), every email reaches its
+// recipient's mail server and is announced to the webhook, a refused email
+// leaves no trace, a domain whose records appear during the outage is verified
+// by its own workflow's next check afterwards, and no history holds a secret or
+// personal data.
 func TestProductionTopology(t *testing.T) {
-	const events = 90 // a third before, during and after the outage
+	const (
+		events = 90 // a third before, during and after the outage
+		emails = 6  // likewise
+	)
 	temporal := testenv.StartRealTemporal(t)
 	rcv, caFile := startHookReceiver(t)
+	mx := startMX(t)
 	s := startTopology(t, topology{temporal: temporal.Address, apis: 2, workers: 2, env: []string{
 		"TEMPORAL_NAMESPACE=" + temporal.Namespace,
 		// A check every 2 s; the window outlasts the test.
 		"MAILYARD_VERIFY_SCHEDULE=2s/10m",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
 		"SSL_CERT_FILE=" + caFile,
+		"MAILYARD_SMTP_PORT=" + mx.port(),
+		"MAILYARD_SMTP_HELO=mailyard.e2e.example",
+		"MAILYARD_SMTP_ALLOW_PRIVATE_NETWORKS=true",
 	}})
+	s.customer.Add(t, "rcpt.example. 300 IN MX 10 mx.rcpt.example.")
+	s.customer.Add(t, "mx.rcpt.example. 300 IN A 127.0.0.1")
 	a, b := s.on(0), s.on(1)
 
 	// A domain added through one api process, verified through the other.
@@ -50,6 +62,7 @@ func TestProductionTopology(t *testing.T) {
 	if st := b.call("POST", fmt.Sprintf("/api/v1/domains/%d/verify", shopID), nil, 200)["domain"].(map[string]any)["status"]; st != "verified" {
 		t.Fatalf("shop.example after verify: %v", st)
 	}
+	sendKey := a.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": shopID, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
 	// A domain whose records appear only while Temporal is down.
 	lateID, lateToken := addDomain(t, b, "late.example")
 
@@ -61,13 +74,15 @@ func TestProductionTopology(t *testing.T) {
 		t.Fatalf("the other api process does not see the webhook: %v", got)
 	}
 
-	// Events alternate between the two api processes' internal listeners.
+	// Events alternate between the two api processes' internal listeners,
+	// emails between their public ones; each email has a recipient of its own.
 	var mu sync.Mutex
-	want := map[string]bool{}
-	var refused atomic.Int64 // 503 answers
-	send := func(from, to int) *sync.WaitGroup {
+	want := map[string]bool{}     // delivery ids the ingest answered
+	emailIDs := map[string]bool{} // ids of the queued emails
+	var refused atomic.Int64      // 503 answers
+	send := func(phase int) *sync.WaitGroup {
 		var wg sync.WaitGroup
-		for i := from; i < to; i++ {
+		for i := phase * events / 3; i < (phase+1)*events/3; i++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -79,40 +94,99 @@ func TestProductionTopology(t *testing.T) {
 				}
 			}()
 		}
+		for i := phase * emails / 3; i < (phase+1)*emails/3; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				id := sendUntilQueued(t, s.apiURLs[i%2], sendKey, i, &refused)
+				mu.Lock()
+				defer mu.Unlock()
+				emailIDs[id] = true
+			}()
+		}
 		return &wg
 	}
 
-	send(0, events/3).Wait()
+	send(0).Wait()
 	testenv.Eventually(t, 2*time.Minute, "a few deliveries before the outage", func() bool { return rcv.distinct() >= 5 })
 	if n := refused.Load(); n != 0 {
-		t.Fatalf("%d events refused with Temporal up", n)
+		t.Fatalf("%d requests refused with Temporal up", n)
 	}
 
 	temporal.Stop()
 	down := time.Now()
 	t.Logf("Temporal stopped with %d of %d deliveries arrived", rcv.distinct(), events/3)
-	during := send(events/3, 2*events/3)
+	during := send(1)
 	publishCustomerRecords(t, s, lateToken, "late.example")
-	testenv.Eventually(t, time.Minute, "a 503 from ingest during the outage", func() bool { return refused.Load() > 0 })
+	testenv.Eventually(t, time.Minute, "a 503 during the outage", func() bool { return refused.Load() > 0 })
 	if st := a.call("GET", fmt.Sprintf("/api/v1/domains/%d/dns-records", shopID), nil, 200)["domain"].(map[string]any)["status"]; st != "verified" {
 		t.Fatalf("reading a domain without Temporal: %v", st)
 	}
 	time.Sleep(15*time.Second - time.Since(down))
 	temporal.Start()
-	t.Logf("Temporal started again after %s down; %d events refused meanwhile", time.Since(down).Round(time.Second), refused.Load())
+	t.Logf("Temporal started again after %s down; %d requests refused meanwhile", time.Since(down).Round(time.Second), refused.Load())
 	during.Wait()
-	send(2*events/3, events).Wait()
-	if len(want) != events {
-		t.Fatalf("ingest answered %d delivery ids for %d events", len(want), events)
+	send(2).Wait()
+	if len(want) != events || len(emailIDs) != emails {
+		t.Fatalf("accepted %d of %d events and %d of %d emails", len(want), events, len(emailIDs), emails)
 	}
 
-	testenv.Eventually(t, 4*time.Minute, "every delivery", func() bool { return rcv.distinct() >= events })
-	duplicates := rcv.checkArrivals(t, want)
-	t.Logf("%d deliveries arrived, %d duplicates (same id, same bytes)", events, duplicates)
+	// Every email sent, once, to its recipient; the refused sends left none.
+	for id := range emailIDs {
+		testenv.Eventually(t, 2*time.Minute, "email "+id+" sent", func() bool {
+			return s.callAs(sendKey, "GET", "/api/v1/emails/"+id, nil, 200)["email"].(map[string]any)["status"] == "sent"
+		})
+	}
+	for i := range emails {
+		rcpt := fmt.Sprintf("r%d@rcpt.example", i)
+		got := mx.received(rcpt)
+		if len(got) == 0 {
+			t.Fatalf("%s received nothing", rcpt)
+		}
+		for _, m := range got[1:] {
+			if !bytes.Equal(m, got[0]) {
+				t.Fatalf("%s received two different messages", rcpt)
+			}
+		}
+		id := messageEmailID(got[0])
+		if !emailIDs[id] {
+			t.Fatalf("%s received email %q, not one the API queued", rcpt, id)
+		}
+	}
+	if listed := s.callAs(sendKey, "GET", "/api/v1/emails?limit=100", nil, 200)["emails"].([]any); len(listed) != emails {
+		t.Fatalf("%d emails listed, %d queued: a refused send left one behind", len(listed), emails)
+	}
+
+	// Every event's delivery and every email's delivered event arrive.
+	testenv.Eventually(t, 4*time.Minute, "every delivery", func() bool { return rcv.distinct() >= events+emails })
 	st := testenv.OpenStore(t, s.databaseURL)
+	var all []store.Delivery
+	if err := st.DB.NewSelect().Model(&all).Where("webhook_id = ?", webhookID).Scan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	announced := map[string]bool{}
+	for _, d := range all {
+		if !want[d.ID] {
+			var body struct {
+				Data struct {
+					MessageID string `json:"message_id"`
+				} `json:"data"`
+			}
+			if err := json.Unmarshal(d.Body, &body); err != nil || !emailIDs[body.Data.MessageID] {
+				t.Fatalf("delivery %s is neither an ingested event's nor an email's: %s", d.ID, d.Body)
+			}
+			announced[body.Data.MessageID] = true
+			want[d.ID] = true
+		}
+	}
+	if len(all) != events+emails || len(announced) != emails {
+		t.Fatalf("%d deliveries stored, want %d; %d of %d emails announced", len(all), events+emails, len(announced), emails)
+	}
+	duplicates := rcv.checkArrivals(t, want)
+	t.Logf("%d deliveries arrived, %d duplicates (same id, same bytes)", events+emails, duplicates)
 	testenv.Eventually(t, time.Minute, "every delivery recorded as delivered", func() bool {
 		n, err := st.DB.NewSelect().Model((*store.Delivery)(nil)).Where("webhook_id = ?", webhookID).Where("status = ?", store.DeliveryDelivered).Count(context.Background())
-		return err == nil && n == events
+		return err == nil && n == events+emails
 	})
 
 	// The late domain's onboarding workflow kept its timer through the restart:
@@ -128,9 +202,9 @@ func TestProductionTopology(t *testing.T) {
 		probe = id
 		break
 	}
-	forbidden := []string{rcv.secret, strings.TrimPrefix(rcv.secret, "whsec_"), "@customer.example", "Invoice", urlToken}
-	if scanned := scanHistories(t, temporal.Address, probe, forbidden); scanned < events+2 {
-		t.Fatalf("scanned %d histories, want at least %d", scanned, events+2)
+	forbidden := []string{rcv.secret, strings.TrimPrefix(rcv.secret, "whsec_"), "@customer.example", "Invoice", urlToken, "rcpt.example", "Order confirmation"}
+	if scanned := scanHistories(t, temporal.Address, probe, forbidden); scanned < events+emails+2 {
+		t.Fatalf("scanned %d histories, want at least %d", scanned, events+emails+2)
 	}
 }
 
@@ -190,4 +264,56 @@ func ingestUntilAccepted(t *testing.T, internalAddr string, i int, refused *atom
 		}
 		return env.Data.DeliveryIDs
 	}
+}
+
+// sendUntilQueued sends email i (to r<i>@rcpt.example) through the API at
+// apiURL until it is queued: a 503 (Temporal unreachable; nothing was kept) is
+// counted in refused and the request is sent again a second later. It returns
+// the email's id.
+func sendUntilQueued(t *testing.T, apiURL, key string, i int, refused *atomic.Int64) string {
+	body, _ := json.Marshal(map[string]any{
+		"from": "Shop <orders@shop.example>", "to": fmt.Sprintf("r%d@rcpt.example", i),
+		"subject": fmt.Sprintf("Order confirmation %d", i), "text": "Thank you for your order.",
+	})
+	httpClient := &http.Client{Timeout: time.Minute}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		req, _ := http.NewRequest("POST", apiURL+"/api/v1/emails", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		res, err := httpClient.Do(req)
+		if err != nil {
+			t.Errorf("send email %d: %v", i, err)
+			return ""
+		}
+		raw, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+			refused.Add(1)
+			time.Sleep(time.Second)
+			continue
+		}
+		var env struct {
+			Data struct {
+				Email struct {
+					ID string `json:"id"`
+				} `json:"email"`
+			} `json:"data"`
+		}
+		if res.StatusCode != http.StatusAccepted || json.Unmarshal(raw, &env) != nil || env.Data.Email.ID == "" {
+			t.Errorf("send email %d: %d %s", i, res.StatusCode, raw)
+			return ""
+		}
+		return env.Data.Email.ID
+	}
+}
+
+// messageEmailID is the email id in a message's Message-ID (<id@domain>).
+func messageEmailID(msg []byte) string {
+	m, err := mail.ReadMessage(bytes.NewReader(msg))
+	if err != nil {
+		return ""
+	}
+	id, _, _ := strings.Cut(strings.Trim(m.Header.Get("Message-ID"), "<>"), "@")
+	return id
 }

@@ -72,6 +72,11 @@ type Options struct {
 	Dir                     string    // for the configuration; it must exist
 	Namespace               string    // registered on the first start; empty: "default"
 	Output                  io.Writer // the server's log (warnings and errors)
+	// MaxConns caps each service's connections to the persistence database;
+	// visibility gets a quarter, at least 2. The four services have pools of
+	// their own, so the server may hold 4 × that many. 0 means 4 (24 in all),
+	// which leaves most of a shared PostgreSQL's 100 connections to the tests.
+	MaxConns int
 }
 
 // Server is the real Temporal server: all four services (frontend, history,
@@ -125,7 +130,10 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	// YAML is a superset of JSON: the configuration is written with encoding/json.
-	cfg, err := json.MarshalIndent(serverConfig(persistence, visibility, ports), "", "  ")
+	if o.MaxConns <= 0 {
+		o.MaxConns = 4
+	}
+	cfg, err := json.MarshalIndent(serverConfig(persistence, visibility, ports, o.MaxConns), "", "  ")
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +279,7 @@ func setupSchema(ctx context.Context, tool string, db *url.URL, schema string) e
 // with these databases and ports: frontend, history, matching and worker gRPC,
 // then their membership ports, then the frontend's HTTP port. No metrics and no
 // pprof listeners; log level warn.
-func serverConfig(persistence, visibility *url.URL, p []int) map[string]any {
+func serverConfig(persistence, visibility *url.URL, p []int, maxConns int) map[string]any {
 	store := func(db *url.URL, conns int) map[string]any {
 		password, _ := db.User.Password()
 		return map[string]any{"sql": map[string]any{
@@ -298,8 +306,8 @@ func serverConfig(persistence, visibility *url.URL, p []int) map[string]any {
 			"visibilityStore":  "postgres-visibility",
 			"numHistoryShards": 4,
 			"datastores": map[string]any{
-				"postgres-default":    store(persistence, 20),
-				"postgres-visibility": store(visibility, 5),
+				"postgres-default":    store(persistence, maxConns),
+				"postgres-visibility": store(visibility, max(2, maxConns/4)),
 			},
 		},
 		"global": map[string]any{
