@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -157,7 +158,10 @@ func (s *Server) Start(ctx context.Context) error {
 		return errors.New("the Temporal server is running")
 	}
 	cmd := exec.Command(s.binary, "--root", s.dir, "--config", "config", "--env", env, "--allow-no-auth", "start")
-	cmd.Stdout, cmd.Stderr = s.output, s.output
+	// The end of the log goes into the error if the server exits while starting.
+	last := &tailBuffer{max: 4 << 10}
+	out := io.MultiWriter(s.output, last)
+	cmd.Stdout, cmd.Stderr = out, out
 	// Killed with its parent, so a crashed test or benchmark leaves no server.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -170,7 +174,7 @@ func (s *Server) Start(ctx context.Context) error {
 	defer cancel()
 	if err := s.waitUsable(ctx); err != nil {
 		s.Stop()
-		return fmt.Errorf("Temporal server at %s: %w", s.Address, err)
+		return fmt.Errorf("Temporal server at %s: %w; the end of its log:\n%s", s.Address, err, last.String())
 	}
 	return nil
 }
@@ -370,6 +374,29 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, port)
 	}
 	return ports, nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > b.max {
+		b.buf = append(b.buf[:0], b.buf[len(b.buf)-b.max:]...)
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
 }
 
 // quietLogger drops the SDK's connection-retry chatter while waiting.
