@@ -80,7 +80,7 @@ func TestProductionTopology(t *testing.T) {
 	want := map[string]bool{}     // delivery ids the ingest answered
 	emailIDs := map[string]bool{} // ids of the queued emails
 	var refused atomic.Int64      // 503 answers
-	send := func(phase int) *sync.WaitGroup {
+	sendEvents := func(phase int) *sync.WaitGroup {
 		var wg sync.WaitGroup
 		for i := phase * events / 3; i < (phase+1)*events/3; i++ {
 			wg.Add(1)
@@ -94,6 +94,10 @@ func TestProductionTopology(t *testing.T) {
 				}
 			}()
 		}
+		return &wg
+	}
+	sendEmails := func(phase int) *sync.WaitGroup {
+		var wg sync.WaitGroup
 		for i := phase * emails / 3; i < (phase+1)*emails/3; i++ {
 			wg.Add(1)
 			go func() {
@@ -106,16 +110,34 @@ func TestProductionTopology(t *testing.T) {
 		}
 		return &wg
 	}
+	send := func(phase int) *sync.WaitGroup {
+		e, m := sendEvents(phase), sendEmails(phase)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); e.Wait(); m.Wait() }()
+		return &wg
+	}
 
-	send(0).Wait()
-	testenv.Eventually(t, 2*time.Minute, "a few deliveries before the outage", func() bool { return rcv.distinct() >= 5 })
+	// The first emails are sent and announced before the outage. An email
+	// attempt caught by it loses its result, and Temporal retries it (which
+	// starts the deliveries of its events) only after the attempt's 15-minute
+	// start-to-close time-out (attemptOptions in workflows/email): too long
+	// for this test. Webhook deliveries are caught in flight: theirs is 30 s.
+	sendEmails(0).Wait()
+	testenv.Eventually(t, 2*time.Minute, "the first emails announced to the webhook", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return rcv.announced(emailIDs) == len(emailIDs)
+	})
+	sendEvents(0).Wait()
+	testenv.Eventually(t, 2*time.Minute, "a few deliveries before the outage", func() bool { return rcv.distinct() >= emails/3+5 })
 	if n := refused.Load(); n != 0 {
 		t.Fatalf("%d requests refused with Temporal up", n)
 	}
 
 	temporal.Stop()
 	down := time.Now()
-	t.Logf("Temporal stopped with %d of %d deliveries arrived", rcv.distinct(), events/3)
+	t.Logf("Temporal stopped with %d of %d deliveries arrived", rcv.distinct(), events/3+emails/3)
 	during := send(1)
 	publishCustomerRecords(t, s, lateToken, "late.example")
 	testenv.Eventually(t, time.Minute, "a 503 during the outage", func() bool { return refused.Load() > 0 })
@@ -158,8 +180,8 @@ func TestProductionTopology(t *testing.T) {
 	}
 
 	// Every event's delivery and every email's delivered event arrive.
-	testenv.Eventually(t, 4*time.Minute, "every delivery", func() bool { return rcv.distinct() >= events+emails })
 	st := testenv.OpenStore(t, s.databaseURL)
+	waitDeliveries(t, s, st, rcv, webhookID, events+emails)
 	var all []store.Delivery
 	if err := st.DB.NewSelect().Model(&all).Where("webhook_id = ?", webhookID).Scan(context.Background()); err != nil {
 		t.Fatal(err)
@@ -316,4 +338,59 @@ func messageEmailID(msg []byte) string {
 	}
 	id, _, _ := strings.Cut(strings.Trim(m.Header.Get("Message-ID"), "<>"), "@")
 	return id
+}
+
+// waitDeliveries waits up to four minutes for n distinct deliveries at the
+// receiver; on time-out it says where the missing ones stand, in the database
+// and in Temporal.
+func waitDeliveries(t *testing.T, s *stack, st *store.Store, rcv *hookReceiver, webhookID int64, n int) {
+	t.Helper()
+	deadline := time.Now().Add(4 * time.Minute)
+	for rcv.distinct() < n {
+		if time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		var all []store.Delivery
+		_ = st.DB.NewSelect().Model(&all).Where("webhook_id = ?", webhookID).Scan(context.Background())
+		byStatus := map[string]int{}
+		var missing []string
+		rcv.mu.Lock()
+		for _, d := range all {
+			byStatus[d.Status]++
+			if _, ok := rcv.bodies[d.ID]; !ok && len(missing) < 5 {
+				missing = append(missing, d.ID)
+			}
+		}
+		rcv.mu.Unlock()
+		for _, id := range missing {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			desc, err := s.temporalC.DescribeWorkflowExecution(ctx, "webhook-delivery:"+id, "")
+			cancel()
+			if err != nil {
+				t.Logf("missing delivery %s: %v", id, err)
+			} else {
+				t.Logf("missing delivery %s: workflow %v, %d pending activities", id, desc.WorkflowExecutionInfo.Status, len(desc.PendingActivities))
+			}
+		}
+		t.Fatalf("%d of %d deliveries arrived; stored %d by status %v", rcv.distinct(), n, len(all), byStatus)
+	}
+}
+
+// announced is how many of the emails have had a delivered event arrive.
+func (r *hookReceiver) announced(emailIDs map[string]bool) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]bool{}
+	for _, bodies := range r.bodies {
+		var body struct {
+			Data struct {
+				MessageID string `json:"message_id"`
+			} `json:"data"`
+		}
+		if json.Unmarshal([]byte(bodies[0]), &body) == nil && emailIDs[body.Data.MessageID] {
+			seen[body.Data.MessageID] = true
+		}
+	}
+	return len(seen)
 }
