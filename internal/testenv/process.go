@@ -56,7 +56,14 @@ type Process struct {
 // is stopped with SIGTERM when the test ends, and its output is logged on failure.
 func Start(t testing.TB, env []string, args ...string) *Process {
 	t.Helper()
+	return StartIn(t, "", env, args...)
+}
+
+// StartIn is Start in the working directory dir ("" for the test's own).
+func StartIn(t testing.TB, dir string, env []string, args ...string) *Process {
+	t.Helper()
 	cmd := exec.Command(Binary(t), args...)
+	cmd.Dir = dir
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
 	p := &Process{cmd: cmd, output: &SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.output, p.output
