@@ -97,6 +97,24 @@ func (p *Process) Kill() {
 	<-p.done
 }
 
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// ExitCode is the exit status of an ended process (-1 while it runs).
+func (p *Process) ExitCode() int {
+	if !p.Exited() {
+		return -1
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
 // Output is what the process printed so far.
 func (p *Process) Output() string { return p.output.String() }
 
