@@ -20,7 +20,8 @@ import (
 
 // TestProductionTopology runs Mailyard as production does: the real Temporal
 // server (not the dev server) with persistence and visibility in PostgreSQL,
-// and two api, two worker and one dns process against it. Domains, webhook
+// set up with `mailyard temporal setup` (a namespace of its own, the search
+// attributes), and two api, two worker and one dns process against it. Domains, webhook
 // deliveries and emails go through both api processes; the Temporal server is
 // stopped in the middle for about 15 seconds and started again on the same
 // databases. Nothing is lost: events and emails sent during the outage are
@@ -38,8 +39,9 @@ func TestProductionTopology(t *testing.T) {
 	temporal := testenv.StartRealTemporal(t)
 	rcv, caFile := startHookReceiver(t)
 	mx := startMX(t)
-	s := startTopology(t, topology{temporal: temporal.Address, apis: 2, workers: 2, env: []string{
-		"TEMPORAL_NAMESPACE=" + temporal.Namespace,
+	// A namespace of Mailyard's own, which `mailyard temporal setup` registers
+	// with the search attributes, as an operator does on a cluster.
+	s := startTopology(t, topology{temporal: temporal.Address, namespace: "mailyard", apis: 2, workers: 2, env: []string{
 		// A check every 2 s; the window outlasts the test.
 		"MAILYARD_VERIFY_SCHEDULE=2s/10m",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
@@ -225,7 +227,7 @@ func TestProductionTopology(t *testing.T) {
 		break
 	}
 	forbidden := []string{rcv.secret, strings.TrimPrefix(rcv.secret, "whsec_"), "@customer.example", "Invoice", urlToken, "rcpt.example", "Order confirmation"}
-	if scanned := scanHistories(t, temporal.Address, probe, forbidden); scanned < events+emails+2 {
+	if scanned := scanHistoriesIn(t, temporal.Address, s.namespace, probe, forbidden); scanned < events+emails+2 {
 		t.Fatalf("scanned %d histories, want at least %d", scanned, events+emails+2)
 	}
 }

@@ -33,6 +33,7 @@ type stack struct {
 	workers     []*testenv.Process
 	dnsAddr     string
 	temporal    string
+	namespace   string
 	adminKey    string
 	customer    *testenv.DNSZone
 	temporalC   client.Client
@@ -41,8 +42,12 @@ type stack struct {
 
 // topology is what startTopology runs.
 type topology struct {
-	temporal string // frontend address; empty: a dev server of the test's own
-	apis     int    // api processes, each with its own listeners
+	// temporal is a cluster's frontend address: namespace and search
+	// attributes are set up with `mailyard temporal setup`, as an operator
+	// does. Empty: a dev server of the test's own, which has them.
+	temporal  string
+	namespace string // TEMPORAL_NAMESPACE; empty: default
+	apis      int    // api processes, each with its own listeners
 	workers  int
 	env      []string // added to every process's environment
 }
@@ -55,22 +60,30 @@ func startStack(t *testing.T, extraEnv ...string) *stack {
 // starts the processes: apis × api, workers × worker, one dns.
 func startTopology(t *testing.T, top topology) *stack {
 	t.Helper()
-	if top.temporal == "" {
+	cluster := top.temporal != ""
+	if !cluster {
 		// Its own Temporal server: the rotation workflows a test leaves running
 		// must not be joined by the next test's domain with the same id.
 		top.temporal = testenv.OwnTemporal(t)
 	}
-	s := &stack{t: t, customer: testenv.StartDNSZone(t), temporal: top.temporal, databaseURL: testenv.PostgresURL(t)}
+	if top.namespace == "" {
+		top.namespace = "default"
+	}
+	s := &stack{t: t, customer: testenv.StartDNSZone(t), temporal: top.temporal, namespace: top.namespace, databaseURL: testenv.PostgresURL(t)}
 	s.dnsAddr = testenv.FreeAddr(t)
 	s.env = append([]string{
 		"MAILYARD_DATABASE_URL=" + s.databaseURL,
 		"TEMPORAL_ADDRESS=" + s.temporal,
+		"TEMPORAL_NAMESPACE=" + s.namespace,
 		"MAILYARD_ENCRYPTION_KEY=" + testEncryptionKey,
 		"MAILYARD_INTERNAL_TOKEN=e2e-internal-token",
 		"MAILYARD_DNS_ADDR=" + s.dnsAddr,
 		"MAILYARD_DNS_RESOLVER=" + s.customer.Addr,
 	}, top.env...)
 
+	if cluster {
+		s.run("temporal", "setup")
+	}
 	s.run("migrate")
 	out := s.run("org", "create", "acme")
 	key := regexp.MustCompile(`myk_[0-9A-Za-z]+`).FindString(out)
@@ -96,7 +109,7 @@ func startTopology(t *testing.T, top topology) *stack {
 		testenv.WaitListening(t, addr, 30*time.Second)
 	}
 
-	c, err := client.Dial(client.Options{HostPort: s.temporal})
+	c, err := client.Dial(client.Options{HostPort: s.temporal, Namespace: s.namespace})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -253,7 +253,13 @@ func ingest(t *testing.T, internalAddr string, i int) []string {
 // reads payload contents.
 func scanHistories(t *testing.T, addr, probe string, forbidden []string) int {
 	t.Helper()
-	c, err := client.Dial(client.Options{HostPort: addr})
+	return scanHistoriesIn(t, addr, "default", probe, forbidden)
+}
+
+// scanHistoriesIn is scanHistories in another namespace.
+func scanHistoriesIn(t *testing.T, addr, namespace, probe string, forbidden []string) int {
+	t.Helper()
+	c, err := client.Dial(client.Options{HostPort: addr, Namespace: namespace})
 	if err != nil {
 		t.Fatal(err)
 	}

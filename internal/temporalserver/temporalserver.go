@@ -22,10 +22,14 @@ import (
 	"syscall"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/mailyard/mailyard/internal/searchattr"
 )
 
 // Names of the binaries in bin/.
@@ -152,7 +156,8 @@ func New(ctx context.Context, o Options) (*Server, error) {
 }
 
 // Start starts the server (again, after Stop) and waits until the namespace is
-// usable; the namespace is registered if it is not there.
+// usable; the namespace and Mailyard's search attributes are registered if they
+// are not there.
 func (s *Server) Start(ctx context.Context) error {
 	if s.cmd != nil {
 		return errors.New("the Temporal server is running")
@@ -243,6 +248,9 @@ func (s *Server) probe(ctx context.Context) error {
 		return err
 	}
 	defer c.Close()
+	if err := addSearchAttributes(ctx, c, s.Namespace); err != nil {
+		return err
+	}
 	_, err = c.DescribeWorkflowExecution(ctx, "temporalserver-readiness-probe", "")
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
@@ -251,6 +259,28 @@ func (s *Server) probe(ctx context.Context) error {
 	if err == nil {
 		return errors.New("a workflow temporalserver-readiness-probe exists")
 	}
+	return err
+}
+
+// addSearchAttributes adds Mailyard's search attributes (Int) that the
+// namespace lacks, as the dev server gets them at start: every Mailyard
+// workflow carries them, and a start without them registered is refused.
+// `mailyard temporal setup` does this on a cluster.
+func addSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
+	res, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
+	if err != nil {
+		return err
+	}
+	missing := map[string]enumspb.IndexedValueType{}
+	for _, name := range searchattr.Names() {
+		if _, ok := res.GetCustomAttributes()[name]; !ok {
+			missing[name] = enumspb.INDEXED_VALUE_TYPE_INT
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: missing})
 	return err
 }
 

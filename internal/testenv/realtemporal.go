@@ -17,8 +17,9 @@ type RealTemporal struct {
 }
 
 // StartRealTemporal creates the persistence and visibility databases, loads
-// their schemas, starts the server, registers the namespace "default" and waits
-// until workflows can run in it. Everything ends with the test. Without the
+// their schemas, starts the server, registers the namespace "default" with
+// Mailyard's search attributes (as the dev server has them) and waits until
+// workflows can run in it. Everything ends with the test. Without the
 // binaries (make temporal-server) the test is skipped, except under CI (CI
 // set), where it fails.
 func StartRealTemporal(t testing.TB) *RealTemporal {
