@@ -48,8 +48,8 @@ type topology struct {
 	temporal  string
 	namespace string // TEMPORAL_NAMESPACE; empty: default
 	apis      int    // api processes, each with its own listeners
-	workers  int
-	env      []string // added to every process's environment
+	workers   int
+	env       []string // added to every process's environment
 }
 
 func startStack(t *testing.T, extraEnv ...string) *stack {
