@@ -40,6 +40,8 @@ FUZZ_TARGETS  := \
 	./internal/domainname:FuzzNormalizeMailFrom \
 	./internal/keys:FuzzCheckAPIKey \
 	./internal/keys:FuzzDKIMRecordPublicKey \
+	./internal/mailmsg:FuzzValidate \
+	./internal/mailmsg:FuzzParseAddress \
 	./internal/webhook:FuzzValidateURL \
 	./internal/webhook:FuzzRetryAfter \
 	./internal/webhook:FuzzBuildBody \

@@ -32,6 +32,23 @@ var idnaProfile = idna.New(
 // checked to be a name a customer can register (not an IP address, not
 // localhost, not a public suffix such as "com", "co.uk" or "github.io").
 func Normalize(input string) (string, error) {
+	ascii, err := NormalizeHost(input)
+	if err != nil {
+		return "", err
+	}
+	if err := checkRegistrable(ascii); err != nil {
+		return "", err
+	}
+	return ascii, nil
+}
+
+// NormalizeHost returns the canonical form of any host name, such as the
+// domain of an email address: trimmed, lower-cased, without its trailing dot,
+// converted to ASCII with IDNA, and checked against the host name syntax and
+// length rules. Unlike Normalize it accepts names nobody can register (public
+// suffixes, single labels, localhost): callers that need more add their own
+// checks.
+func NormalizeHost(input string) (string, error) {
 	name := strings.ToLower(strings.TrimSpace(input))
 	if name == "" {
 		return "", errors.New("the domain is empty")
@@ -62,9 +79,6 @@ func Normalize(input string) (string, error) {
 	}
 	if len(ascii) > maxNameLength {
 		return "", fmt.Errorf("the domain is %d characters long; the maximum is %d", len(ascii), maxNameLength)
-	}
-	if err := checkRegistrable(ascii); err != nil {
-		return "", err
 	}
 	return ascii, nil
 }

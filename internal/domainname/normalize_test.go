@@ -131,3 +131,23 @@ func TestNormalizeErrorsAreSentences(t *testing.T) {
 		}
 	}
 }
+
+// NormalizeHost applies the syntax and IDNA rules of Normalize but not its
+// registrability rules: mail can go to any host name.
+func TestNormalizeHost(t *testing.T) {
+	for input, want := range map[string]string{
+		"github.io":         "github.io",
+		"co.uk":             "co.uk",
+		"localhost":         "localhost",
+		" Bücher.Example. ": "xn--bcher-kva.example",
+	} {
+		if got, err := NormalizeHost(input); err != nil || got != want {
+			t.Errorf("NormalizeHost(%q) = %q, %v; want %q", input, got, err, want)
+		}
+	}
+	for _, input := range []string{"", "a_b.example", "192.0.2.1", "[::1]", "a..b", strings.Repeat("a", 64) + ".example", "xn--zz.example"} {
+		if got, err := NormalizeHost(input); err == nil {
+			t.Errorf("NormalizeHost(%q) = %q, want an error", input, got)
+		}
+	}
+}
