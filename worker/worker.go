@@ -56,8 +56,10 @@ const stopMargin = 15 * time.Second
 const StopTimeout = emailStopTimeout
 
 // workerOptions are the options every worker shares: its stop timeout, and a
-// fatal error (the namespace deleted, credentials refused) reported on fatal
-// instead of leaving the worker idle in a process that looks alive.
+// fatal error reported on fatal instead of leaving the worker idle in a
+// process that looks alive. The SDK calls an error fatal when polling keeps
+// failing with one it cannot recover from (the namespace not found, an
+// invalid argument, a server that refuses this SDK version) for two minutes.
 func workerOptions(stopTimeout time.Duration, fatal chan<- error) sdkworker.Options {
 	return sdkworker.Options{
 		WorkerStopTimeout: stopTimeout,
