@@ -315,7 +315,7 @@ func (a *Emails) outcome(e *store.Email, d *store.Domain, r store.EmailRecipient
 			return err
 		}
 		if o.bounceType == bounceHard {
-			return store.Suppress(ctx, tx, e.OrganizationID, r.Address, store.SuppressedHardBounce)
+			return store.Suppress(ctx, tx, e.OrganizationID, r.Address, store.SuppressionHardBounce)
 		}
 		return nil
 	}

@@ -22,18 +22,23 @@ const (
 // bearerScheme is the security scheme's name in the OpenAPI document.
 const bearerScheme = "bearer"
 
-// permissionMetadata is the Operation.Metadata key holding the permission an
-// operation needs (a string), or the permissions any one of which admits
-// ([]string); without it an operation needs admin.
+// permissionMetadata is the Operation.Metadata key holding the permissions
+// that admit a key to an operation: a string, or a []string of which the key
+// needs any one. Unset means admin.
 const permissionMetadata = "mailyard-permission"
 
-// requiredPermissions reads an operation's permission metadata.
-func requiredPermissions(op *huma.Operation) []string {
-	switch need := op.Metadata[permissionMetadata].(type) {
+// operationPermissions lists the permissions that admit a key to op, any one
+// of them sufficing.
+func operationPermissions(op *huma.Operation) []string {
+	switch p := op.Metadata[permissionMetadata].(type) {
 	case string:
-		return []string{need}
+		if p != "" {
+			return []string{p}
+		}
 	case []string:
-		return need
+		if len(p) > 0 {
+			return p
+		}
 	}
 	return []string{PermissionAdmin}
 }
@@ -117,7 +122,7 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	if !s.admitRate(ctx, key.ID) {
 		return
 	}
-	need := requiredPermissions(op)
+	need := operationPermissions(op)
 	if !slices.ContainsFunc(need, key.Permissions.Has) {
 		fail(newError(CodeForbidden, "this API key lacks the "+strings.Join(need, " or ")+" permission"))
 		return

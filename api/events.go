@@ -62,7 +62,7 @@ func (s *Server) InternalHandler() http.Handler {
 	huma.Register(internal, huma.Operation{
 		OperationID: "ingest-event", Method: http.MethodPost, Path: "/internal/v1/events", DefaultStatus: http.StatusAccepted,
 		Summary:      "Ingest email event",
-		Description:  "Stores the event and fans it out to one delivery per enabled webhook of the domain's organizations that subscribes to its type. Idempotent on event_id. 503 means the deliveries are stored but not all could be scheduled: send the same event again.",
+		Description:  "Stores the event and fans it out to one delivery per enabled webhook of the domain's organizations that subscribes to its type. A new event counts once in each organization's statistics (on the UTC day of its timestamp); complained also puts to_email on each organization's suppression list. Idempotent on event_id: a repeat counts nothing. 503 means the deliveries are stored but not all could be scheduled: send the same event again.",
 		Security:     []map[string][]string{{bearerScheme: {}}},
 		MaxBodyBytes: maxBodyBytes + 1,
 		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusRequestEntityTooLarge,
@@ -99,11 +99,11 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 	if err != nil {
 		return nil, fieldError("body.domain", err.Error())
 	}
-	orgIDs, err := s.store.VerifiedDomainOrganizations(ctx, domain)
+	owners, err := s.store.VerifiedDomainOrganizations(ctx, domain)
 	if err != nil {
 		return nil, err
 	}
-	if len(orgIDs) == 0 {
+	if len(owners) == 0 {
 		return nil, fieldError("body.domain", "no organization has "+domain+" as a verified sending domain")
 	}
 	// Built once: every delivery and every retry sends these bytes.
@@ -118,7 +118,7 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 		EventID: b.EventID, Domain: domain, EventType: string(b.EventType), OccurredAt: b.Timestamp.UTC(),
 		MessageID: b.MessageID, ToEmail: b.ToEmail, Subject: b.Subject,
 	}
-	deliveries, _, err := s.store.IngestEvent(ctx, ev, orgIDs, body, deliveryruns.NewDeliveryID)
+	deliveries, _, err := s.store.IngestEvent(ctx, ev, owners, body, deliveryruns.NewDeliveryID)
 	if err != nil {
 		return nil, err
 	}

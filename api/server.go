@@ -92,7 +92,7 @@ func New(d Deps) *Server {
 
 	mux := http.NewServeMux()
 	s.api = humago.New(mux, humaConfig("Mailyard", "Management API for sending domains, API credentials and webhooks.",
-		"An API key: `Authorization: Bearer myk_...`."))
+		"An API key: `Authorization: Bearer myk_...`. Each operation's security requirement lists the permissions that admit a key to it; any one suffices."))
 	s.api.UseMiddleware(recordOperation, s.authenticate, s.idempotency)
 	s.registerHealth()
 	s.registerDomains()
@@ -100,6 +100,8 @@ func New(d Deps) *Server {
 	s.registerCredentials()
 	s.registerWebhooks()
 	s.registerEmails()
+	s.registerSuppressions()
+	s.registerStats()
 	documentResponseHeaders(s.api.OpenAPI())
 	// The reference UI from the binary (Huma's own /docs loads it from a CDN).
 	docsui.Register(mux, docsui.Options{Path: "/docs", Title: "Mailyard API Reference", OpenAPIURL: "/openapi.json"})
@@ -178,10 +180,9 @@ func register[I, O any](s *Server, op huma.Operation, handler func(context.Conte
 		op.Metadata = map[string]any{}
 	}
 	if _, public := op.Metadata["public"]; !public {
-		op.Security = []map[string][]string{{bearerScheme: {}}}
-		if _, ok := op.Metadata[permissionMetadata]; !ok {
-			op.Metadata[permissionMetadata] = PermissionAdmin
-		}
+		// OpenAPI 3.1 lets a bearer requirement list roles: the permissions
+		// that admit a key, so the document says which one each operation needs.
+		op.Security = []map[string][]string{{bearerScheme: operationPermissions(&op)}}
 		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden)
 	}
 	conventionsForOperation(&op, len(op.Security) > 0)

@@ -24,22 +24,43 @@ type Event struct {
 	CreatedAt  time.Time `bun:"created_at,notnull"`
 }
 
+// DomainOwner is an organization that has a domain name verified, with the
+// id of its domain of that name.
+type DomainOwner struct {
+	OrganizationID int64 `bun:"organization_id"`
+	DomainID       int64 `bun:"id"`
+}
+
 // VerifiedDomainOrganizations returns the organizations that have the domain
-// name verified: only they send from it, so only their webhooks hear of it.
-func (s *Store) VerifiedDomainOrganizations(ctx context.Context, name string) ([]int64, error) {
-	var ids []int64
-	err := s.DB.NewSelect().Model((*Domain)(nil)).Column("organization_id").
+// name verified, with their domain's id: only they send from it, so only
+// their webhooks hear of it and only their statistics count it.
+func (s *Store) VerifiedDomainOrganizations(ctx context.Context, name string) ([]DomainOwner, error) {
+	var owners []DomainOwner
+	err := s.DB.NewSelect().Model((*Domain)(nil)).Column("organization_id", "id").
 		Where("domain = ?", name).Where("status = ?", DomainVerified).
 		OrderExpr("organization_id").
-		Scan(ctx, &ids)
-	return ids, err
+		Scan(ctx, &owners)
+	return owners, err
+}
+
+// ingestedCounters are the rollup counters of the email events that ingest
+// accepts.
+var ingestedCounters = map[string]StatCounter{
+	"delivered":  StatDelivered,
+	"bounced":    StatBounced,
+	"complained": StatComplained,
+	"opened":     StatOpened,
+	"clicked":    StatClicked,
 }
 
 // IngestEvent stores an event and one pending delivery, carrying body, per
-// enabled webhook of orgIDs that subscribes to its type, in one transaction.
-// It is idempotent on EventID: for an event seen before it creates nothing and
-// returns the deliveries made the first time, with created false.
-func (s *Store) IngestEvent(ctx context.Context, ev *Event, orgIDs []int64, body []byte, newID func() (string, error)) (deliveries []Delivery, created bool, err error) {
+// enabled webhook of the owners' organizations that subscribes to its type, in
+// one transaction. In the same transaction it counts the event in each owner's
+// daily statistics (on the UTC day of OccurredAt) and, for a complaint, puts
+// ToEmail on each owner's suppression list. It is idempotent on EventID: for
+// an event seen before it creates and counts nothing and returns the
+// deliveries made the first time, with created false.
+func (s *Store) IngestEvent(ctx context.Context, ev *Event, owners []DomainOwner, body []byte, newID func() (string, error)) (deliveries []Delivery, created bool, err error) {
 	if ev.CreatedAt.IsZero() {
 		ev.CreatedAt = now()
 	}
@@ -59,6 +80,16 @@ func (s *Store) IngestEvent(ctx context.Context, ev *Event, orgIDs []int64, body
 				Where("event_id = ?", ev.ID).OrderExpr("id").Scan(ctx)
 		}
 		created = true
+		if len(owners) == 0 {
+			return nil
+		}
+		orgIDs := make([]int64, len(owners))
+		for i, o := range owners {
+			orgIDs[i] = o.OrganizationID
+			if err := countIngested(ctx, tx, ev, o); err != nil {
+				return err
+			}
+		}
 		deliveries, err = fanOutEvent(ctx, tx, ev, orgIDs, body, newID)
 		return err
 	})
@@ -115,4 +146,20 @@ func fanOutEvent(ctx context.Context, db bun.IDB, ev *Event, orgIDs []int64, bod
 	}
 	_, err := db.NewInsert().Model(&deliveries).Exec(ctx)
 	return deliveries, err
+}
+
+// countIngested records a newly stored event in one owner's statistics and,
+// for a complaint, its suppression list.
+func countIngested(ctx context.Context, tx bun.Tx, ev *Event, o DomainOwner) error {
+	if c, ok := ingestedCounters[ev.EventType]; ok {
+		if err := CountEmailEvent(ctx, tx, o.OrganizationID, o.DomainID, c, ev.OccurredAt, 1); err != nil {
+			return err
+		}
+	}
+	// An ingested bounce does not say whether it was hard or soft, so it
+	// suppresses nothing; the platform's own hard bounces do.
+	if ev.EventType == "complained" && NormalizeEmail(ev.ToEmail) != "" {
+		return Suppress(ctx, tx, o.OrganizationID, ev.ToEmail, SuppressionComplaint)
+	}
+	return nil
 }

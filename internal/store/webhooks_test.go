@@ -109,7 +109,7 @@ func TestIngestFansOutOnceAndAttemptsFinishDeliveries(t *testing.T) {
 			}
 		}
 		orgs, err := st.VerifiedDomainOrganizations(ctx, "x.example")
-		if err != nil || len(orgs) != 1 || orgs[0] != org {
+		if err != nil || len(orgs) != 1 || orgs[0].OrganizationID != org || orgs[0].DomainID == 0 {
 			t.Fatalf("verified organizations %v %v", orgs, err)
 		}
 		subscribed := &store.Webhook{OrganizationID: org, URL: "https://a.example", EventTypes: store.EventTypes{"opened", "delivered"}}

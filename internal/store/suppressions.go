@@ -1,0 +1,116 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/uptrace/bun"
+)
+
+// Reasons a recipient is suppressed.
+const (
+	SuppressionHardBounce = "hard_bounce"
+	SuppressionComplaint  = "complaint"
+)
+
+// maxEmailLength bounds a stored address, in characters: the 320 the API
+// accepts for a recipient (RFC 5321: 64 + 1 + 255, and then some).
+const maxEmailLength = 320
+
+// Suppression is one recipient on an organization's suppression list: the
+// sending pipeline no longer sends to it. Email is personal data: it is
+// shown to the organization and never logged.
+type Suppression struct {
+	bun.BaseModel `bun:"table:suppressions"`
+
+	ID             int64     `bun:"id,pk,autoincrement"`
+	OrganizationID int64     `bun:"organization_id,notnull"`
+	Email          string    `bun:"email,notnull"`
+	Reason         string    `bun:"reason,notnull"`
+	CreatedAt      time.Time `bun:"created_at,notnull"`
+}
+
+// NormalizeEmail is the form in which the suppression list stores and
+// compares addresses: trimmed and lower-cased entirely. Only the domain part is
+// case-insensitive by the standard (RFC 5321 lets the receiving server decide
+// on the local part), but no real mailbox provider tells Ada@ from ada@; one
+// row per address whatever its case is what a customer expects of a
+// suppression list, and it errs towards not sending.
+func NormalizeEmail(email string) string {
+	return strings.ToLower(strings.TrimSpace(email))
+}
+
+// Suppress adds email to the organization's list. It is idempotent: an
+// existing entry keeps its first reason and created_at. Call it inside the
+// transaction that records the hard bounce or complaint.
+func Suppress(ctx context.Context, db bun.IDB, orgID int64, email, reason string) error {
+	if reason != SuppressionHardBounce && reason != SuppressionComplaint {
+		return fmt.Errorf("suppression reason %q: want %s or %s", reason, SuppressionHardBounce, SuppressionComplaint)
+	}
+	email = NormalizeEmail(email)
+	if email == "" || utf8.RuneCountInString(email) > maxEmailLength {
+		// No address in the message: it is personal data.
+		return errors.New("suppressed address must be 1 to 320 characters")
+	}
+	_, err := db.NewInsert().Model(&Suppression{OrganizationID: orgID, Email: email, Reason: reason, CreatedAt: now()}).
+		On("CONFLICT (organization_id, email) DO NOTHING").Exec(ctx)
+	return err
+}
+
+// SuppressedAmong returns which of emails are on the organization's list,
+// compared in NormalizeEmail's form. The map is keyed by the strings as
+// given and holds only the suppressed ones.
+func (s *Store) SuppressedAmong(ctx context.Context, orgID int64, emails []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(emails) == 0 {
+		return out, nil
+	}
+	byNormal := make(map[string][]string, len(emails))
+	for _, e := range emails {
+		n := NormalizeEmail(e)
+		byNormal[n] = append(byNormal[n], e)
+	}
+	normal := make([]string, 0, len(byNormal))
+	for n := range byNormal {
+		normal = append(normal, n)
+	}
+	var found []string
+	if err := s.DB.NewSelect().Model((*Suppression)(nil)).Column("email").
+		Where("organization_id = ?", orgID).Where("email IN (?)", bun.In(normal)).
+		Scan(ctx, &found); err != nil {
+		return nil, err
+	}
+	for _, n := range found {
+		for _, e := range byNormal[n] {
+			out[e] = true
+		}
+	}
+	return out, nil
+}
+
+// ListSuppressions returns a page of the organization's list, oldest (lowest
+// id) first, and whether more follow. Page.After is a suppression id (int64).
+func (s *Store) ListSuppressions(ctx context.Context, orgID int64, page Page) ([]Suppression, bool, error) {
+	rows := []Suppression{}
+	q := s.DB.NewSelect().Model(&rows).Where("organization_id = ?", orgID)
+	more, err := scanPage(ctx, q, &rows, "id", Ascending, page)
+	return rows, more, err
+}
+
+// DeleteSuppression removes email (in NormalizeEmail's form) from the
+// organization's list and returns the removed entry; ErrNotFound when it is
+// not on the list (or only on another organization's).
+func (s *Store) DeleteSuppression(ctx context.Context, orgID int64, email string) (*Suppression, error) {
+	sup := new(Suppression)
+	err := s.DB.NewDelete().Model(sup).
+		Where("organization_id = ?", orgID).Where("email = ?", NormalizeEmail(email)).
+		Returning("*").Scan(ctx)
+	if err != nil {
+		return nil, notFound(err, "suppression")
+	}
+	return sup, nil
+}
