@@ -279,6 +279,8 @@ func TestSendEmailEndToEnd(t *testing.T) {
 		}
 	}
 
+	assertSendingMetrics(t, s)
+
 	// Mail signed before a rotation still verifies after it: the old
 	// selector keeps its key for the retain time.
 	s.call("POST", fmt.Sprintf("/api/v1/domains/%d/dkim/rotate", id), nil, 202)
@@ -356,4 +358,3 @@ func (s *stack) callAs(key, method, path string, body any, wantStatus int) map[s
 	defer func() { s.adminKey = admin }()
 	return s.call(method, path, body, wantStatus)
 }
-

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -33,6 +34,9 @@ type stack struct {
 	customer    *testenv.DNSZone
 	temporalC   client.Client
 	databaseURL string
+	// metricsURL is each process's /metrics: the API's internal listener,
+	// and MAILYARD_METRICS_ADDR of worker and dns.
+	metricsURL map[string]string
 }
 
 func startStack(t *testing.T, extraEnv ...string) *stack {
@@ -40,16 +44,20 @@ func startStack(t *testing.T, extraEnv ...string) *stack {
 	// Its own Temporal server: the rotation workflows a test leaves running must
 	// not be joined by the next test's domain with the same id.
 	s := &stack{t: t, customer: testenv.StartDNSZone(t), temporal: testenv.OwnTemporal(t), databaseURL: testenv.PostgresURL(t)}
-	httpAddr := testenv.FreeAddr(t)
+	httpAddr, internalAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	workerMetrics, dnsMetrics := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	s.dnsAddr = testenv.FreeAddr(t)
 	s.apiURL = "http://" + httpAddr
+	s.metricsURL = map[string]string{
+		"api": "http://" + internalAddr + "/metrics", "worker": "http://" + workerMetrics + "/metrics", "dns": "http://" + dnsMetrics + "/metrics",
+	}
 	s.env = append([]string{
 		"MAILYARD_DATABASE_URL=" + s.databaseURL,
 		"TEMPORAL_ADDRESS=" + s.temporal,
 		"MAILYARD_ENCRYPTION_KEY=" + testEncryptionKey,
 		"MAILYARD_INTERNAL_TOKEN=e2e-internal-token",
 		"MAILYARD_HTTP_ADDR=" + httpAddr,
-		"MAILYARD_INTERNAL_ADDR=" + testenv.FreeAddr(t),
+		"MAILYARD_INTERNAL_ADDR=" + internalAddr,
 		"MAILYARD_DNS_ADDR=" + s.dnsAddr,
 		"MAILYARD_DNS_RESOLVER=" + s.customer.Addr,
 	}, extraEnv...)
@@ -63,8 +71,8 @@ func startStack(t *testing.T, extraEnv ...string) *stack {
 	s.adminKey = key
 
 	testenv.Start(t, s.env, "api")
-	testenv.Start(t, s.env, "worker")
-	testenv.Start(t, s.env, "dns")
+	testenv.Start(t, slices.Concat(s.env, []string{"MAILYARD_METRICS_ADDR=" + workerMetrics}), "worker")
+	testenv.Start(t, slices.Concat(s.env, []string{"MAILYARD_METRICS_ADDR=" + dnsMetrics}), "dns")
 	testenv.WaitListening(t, httpAddr, 30*time.Second)
 	testenv.WaitListening(t, s.dnsAddr, 30*time.Second)
 

@@ -90,6 +90,17 @@ func (p *Process) Kill() {
 	<-p.done
 }
 
+// Exited waits up to timeout for the process to end by itself and returns
+// its exit status; ok is false if it is still running.
+func (p *Process) Exited(timeout time.Duration) (code int, ok bool) {
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode(), true
+	case <-time.After(timeout):
+		return 0, false
+	}
+}
+
 // Output is what the process printed so far.
 func (p *Process) Output() string { return p.output.String() }
 

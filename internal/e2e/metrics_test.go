@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/mailyard/mailyard/internal/testenv"
+)
+
+// scrapeAll fetches /metrics of the api, worker and dns processes and lints
+// each scrape with promtool.
+func (s *stack) scrapeAll() map[string]string {
+	s.t.Helper()
+	out := map[string]string{}
+	for process, url := range s.metricsURL {
+		out[process] = testenv.Scrape(s.t, url)
+		testenv.CheckMetrics(s.t, []byte(out[process]))
+	}
+	return out
+}
+
+// hasLine reports whether scrape has a sample line matching pattern.
+func hasLine(scrape, pattern string) bool {
+	return regexp.MustCompile(`(?m)^` + pattern).MatchString(scrape)
+}
+
+// Each process serves its metrics where deploy/README.md says, without a
+// token, in a form promtool finds clean; each counts its own work, and the
+// ones with a Temporal client report the SDK's metrics.
+func TestEveryProcessServesMetrics(t *testing.T) {
+	s := startStack(t, "MAILYARD_VERIFY_SCHEDULE=1s/60s")
+	s.call("GET", "/api/v1/domains", nil, 200)
+	s.call("POST", "/api/v1/domains", map[string]any{"domain": "metrics.example"}, 201)
+	soa := new(dns.Msg)
+	soa.SetQuestion("dkim.mailyard.test.", dns.TypeSOA)
+	if res, err := dns.Exchange(soa, s.dnsAddr); err != nil || res.Rcode != dns.RcodeSuccess {
+		t.Fatalf("SOA query: %v %v", res, err)
+	}
+
+	// The onboarding workflow checks the records at once: none is there yet.
+	var scrapes map[string]string
+	testenv.Eventually(t, 60*time.Second, "the worker to count verification checks", func() bool {
+		scrapes = s.scrapeAll()
+		return testenv.Sample(t, scrapes["worker"], `mailyard_verification_checks_total{record="cname",result="pending"}`) >= 2
+	})
+	api, worker, dnsScrape := scrapes["api"], scrapes["worker"], scrapes["dns"]
+
+	for series, want := range map[string]float64{
+		`mailyard_http_requests_total{operation="list-domains",status="200"}`:  1,
+		`mailyard_http_requests_total{operation="add-domain",status="201"}`:    1,
+		`mailyard_http_request_duration_seconds_count{operation="add-domain"}`: 1,
+	} {
+		if got := testenv.Sample(t, api, series); got != want {
+			t.Errorf("api: %s = %v, want %v", series, got, want)
+		}
+	}
+	if got := testenv.Sample(t, dnsScrape, `mailyard_dns_queries_total{qtype="SOA",rcode="NOERROR"}`); got != 1 {
+		t.Errorf("dns: SOA queries = %v, want 1", got)
+	}
+	for process, patterns := range map[string][]string{
+		// The API starts the onboarding workflow through its client.
+		"api": {`temporal_request_total\{.*operation="StartWorkflowExecution".*\} [1-9]`},
+		// Every task queue's worker polls and reports its slots.
+		"worker": {
+			`temporal_worker_task_slots_available\{.*task_queue="mailyard-domains".*\} `,
+			`temporal_worker_task_slots_available\{.*task_queue="mailyard-webhooks".*\} `,
+			`temporal_worker_task_slots_available\{.*task_queue="mailyard-emails".*\} `,
+			`temporal_activity_execution_latency_seconds_count\{.*activity_type="CheckDNSRecords".*\} [1-9]`,
+			`mailyard_verification_checks_total\{record="spf",result="pending"\} [1-9]`,
+		},
+		"dns": {`process_resident_memory_bytes `, `go_goroutines `},
+	} {
+		for _, p := range patterns {
+			if !hasLine(scrapes[process], p) {
+				t.Errorf("%s: no line matching %s", process, p)
+			}
+		}
+	}
+	// `mailyard dns` has no Temporal client; no API request reaches the worker.
+	if strings.Contains(dnsScrape, "\ntemporal_") {
+		t.Error("dns reports Temporal SDK metrics")
+	}
+	if hasLine(worker, `mailyard_http_requests_total\{`) {
+		t.Error("the worker counts HTTP requests")
+	}
+}
+
+// assertSendingMetrics checks the worker's and dns's counts after
+// TestSendEmailEndToEnd's first email (four recipients: three delivered,
+// one of them deferred once first, one bounced), its five outcome webhooks
+// and the DKIM key look-ups.
+func assertSendingMetrics(t *testing.T, s *stack) {
+	t.Helper()
+	want := map[string]float64{
+		`mailyard_email_recipient_attempts_total{outcome="delivered"}`: 3,
+		`mailyard_email_recipient_attempts_total{outcome="deferred"}`:  1,
+		`mailyard_email_recipient_attempts_total{outcome="bounced"}`:   1,
+		`mailyard_email_attempt_duration_seconds_count`:                2,
+		`mailyard_webhook_attempts_total{outcome="success"}`:           5,
+		`mailyard_webhook_attempts_total{outcome="retryable"}`:         0,
+	}
+	var worker string
+	// The last webhook's attempt is counted just after its receiver answers.
+	testenv.Eventually(t, 10*time.Second, "the worker's counts", func() bool {
+		worker = testenv.Scrape(t, s.metricsURL["worker"])
+		return testenv.Sample(t, worker, `mailyard_webhook_attempts_total{outcome="success"}`) >= 5
+	})
+	for series, n := range want {
+		if got := testenv.Sample(t, worker, series); got != n {
+			t.Errorf("worker: %s = %v, want %v", series, got, n)
+		}
+	}
+	testenv.CheckMetrics(t, []byte(worker))
+	dnsScrape := testenv.Scrape(t, s.metricsURL["dns"])
+	if got := testenv.Sample(t, dnsScrape, `mailyard_dns_queries_total{qtype="TXT",rcode="NOERROR"}`); got < 1 {
+		t.Errorf("dns: answered %v TXT queries, want the DKIM key look-ups", got)
+	}
+}
