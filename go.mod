@@ -5,6 +5,8 @@ go 1.26.8
 require (
 	github.com/danielgtaylor/huma/v2 v2.37.2
 	github.com/emersion/go-msgauth v0.7.0
+	github.com/emersion/go-sasl v0.0.0-20241020182733-b788ff22d5a6
+	github.com/emersion/go-smtp v0.25.1
 	github.com/google/go-github/v74 v74.0.0
 	github.com/google/uuid v1.6.0
 	github.com/miekg/dns v1.1.73

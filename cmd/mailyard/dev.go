@@ -15,9 +15,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/devsmtp"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
-	"github.com/mailyard/mailyard/internal/devsmtp"
 	"github.com/mailyard/mailyard/internal/temporaldev"
 )
 

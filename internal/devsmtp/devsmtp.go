@@ -1,0 +1,163 @@
+// Package devsmtp is the SMTP sink of `mailyard dev`: a server on a local
+// address that accepts any message and keeps it as a file, so a developer
+// can read what Mailyard sent without any mail leaving the machine.
+package devsmtp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/emersion/go-smtp"
+	"github.com/google/uuid"
+)
+
+// maxMessageBytes is far above what Mailyard sends; it only stops a runaway
+// client from filling the disk.
+const maxMessageBytes = 64 << 20
+
+// Server is a running sink.
+type Server struct {
+	smtp   *smtp.Server
+	ln     net.Listener
+	served chan struct{}
+}
+
+// Start listens on addr (host:port; port 0 picks a free one) and writes
+// each message it receives to dir, which it creates if needed, as
+// <email_id>.eml. The email id comes from the envelope sender
+// bounces+<email_id>@..., the form Mailyard sends with; a message without
+// one gets a random name. Files appear whole (written to a temporary file,
+// then renamed) and only their owner can read them (mode 0600): they hold
+// whatever personal data the messages do.
+func Start(addr, dir string, logger *slog.Logger) (*Server, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("dev SMTP: %w", err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("dev SMTP: %w", err)
+	}
+	srv := smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) {
+		return &session{dir: dir, logger: logger}, nil
+	}))
+	srv.Domain = "mailyard-dev"
+	srv.MaxMessageBytes = maxMessageBytes
+	srv.ReadTimeout = time.Minute
+	srv.WriteTimeout = time.Minute
+	srv.ErrorLog = errorLog{logger}
+	s := &Server{smtp: srv, ln: ln, served: make(chan struct{})}
+	go func() {
+		defer close(s.served)
+		_ = srv.Serve(ln)
+	}()
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// Close stops listening, drops open connections and waits for the server
+// to stop.
+func (s *Server) Close() error {
+	err := s.smtp.Close()
+	// go-smtp closes only the listeners Serve has registered; Serve may
+	// not have started yet.
+	_ = s.ln.Close()
+	<-s.served
+	if errors.Is(err, smtp.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+type session struct {
+	dir    string
+	logger *slog.Logger
+	from   string
+}
+
+func (s *session) Mail(from string, _ *smtp.MailOptions) error {
+	s.from = from
+	return nil
+}
+
+func (s *session) Rcpt(string, *smtp.RcptOptions) error { return nil }
+
+func (s *session) Reset()        { s.from = "" }
+func (s *session) Logout() error { return nil }
+
+func (s *session) Data(r io.Reader) error {
+	id, ok := emailID(s.from)
+	if !ok {
+		id = uuid.NewString()
+		s.logger.Warn("dev SMTP: the envelope sender is not bounces+<email_id>@...; saving the message under a random name", "file", id+".eml")
+	}
+	path := filepath.Join(s.dir, id+".eml")
+	n, err := writeAtomically(path, r)
+	if err != nil {
+		var smtpErr *smtp.SMTPError
+		if errors.As(err, &smtpErr) {
+			return smtpErr // e.g. too large
+		}
+		s.logger.Error("dev SMTP: cannot save a message", "file", path, "error", err)
+		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "cannot save the message"}
+	}
+	s.logger.Info("dev SMTP: message saved", "email_id", id, "file", path, "bytes", n)
+	return nil
+}
+
+// emailIDPattern keeps the id a plain file name: no separators, no "..".
+var emailIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// emailID extracts the email id from an envelope sender of the form
+// bounces+<email_id>@<domain>.
+func emailID(envelopeSender string) (string, bool) {
+	const prefix = "bounces+"
+	local, _, found := strings.Cut(envelopeSender, "@")
+	if !found || len(local) <= len(prefix) || !strings.EqualFold(local[:len(prefix)], prefix) {
+		return "", false
+	}
+	id := local[len(prefix):]
+	return id, emailIDPattern.MatchString(id)
+}
+
+// writeAtomically writes r to path through a temporary file in the same
+// directory, so a reader never sees half a message.
+func writeAtomically(path string, r io.Reader) (int64, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".incoming-*.tmp") // mode 0600
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(tmp, r)
+	if closeErr := tmp.Close(); err == nil {
+		err = closeErr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return 0, err
+	}
+	return n, nil
+}
+
+// errorLog routes go-smtp's own error messages (failed accepts, panics in a
+// session) to the logger.
+type errorLog struct{ logger *slog.Logger }
+
+func (l errorLog) Printf(format string, v ...any) {
+	l.logger.Warn("dev SMTP: " + fmt.Sprintf(format, v...))
+}
+
+func (l errorLog) Println(v ...any) {
+	l.logger.Warn("dev SMTP: " + strings.TrimSuffix(fmt.Sprintln(v...), "\n"))
+}

@@ -1,0 +1,681 @@
+package smtpsend_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-smtp"
+
+	"github.com/mailyard/mailyard/internal/dnscheck"
+	"github.com/mailyard/mailyard/internal/smtpsend"
+	"github.com/mailyard/mailyard/internal/testenv"
+)
+
+const (
+	ourHELO = "out.mailyard.test"
+	sender  = "bounces+0190a3c4-7d1e-7c4a-9b2f-1a2b3c4d5e6f@mailyard.test"
+)
+
+// message is DKIM-signed in spirit: its bytes must arrive unchanged,
+// including the lines SMTP has to dot-stuff and 8-bit text.
+var message = []byte("DKIM-Signature: v=1; a=rsa-sha256; d=mailyard.test; s=k1;\r\n" +
+	"\tbh=abc; b=def\r\n" +
+	"From: Sender <sender@mailyard.test>\r\n" +
+	"To: a@example.test\r\n" +
+	"Subject: test\r\n" +
+	"Content-Type: text/plain; charset=utf-8\r\n" +
+	"\r\n" +
+	"Hello.\r\n" +
+	".\r\n" +
+	"..two dots\r\n" +
+	".leading dot\r\n" +
+	"Grüße \r\n" +
+	"\r\n")
+
+// quick time-outs keep the tests of hanging servers short.
+func quick(c *smtpsend.Config) {
+	c.CommandTimeout = 500 * time.Millisecond
+	c.DataTimeout = 500 * time.Millisecond
+	c.DialTimeout = 500 * time.Millisecond
+}
+
+// dnsZone is a DNS server answering with records.
+func dnsZone(t *testing.T, records ...string) *testenv.DNSZone {
+	t.Helper()
+	zone := testenv.StartDNSZone(t)
+	for _, rr := range records {
+		zone.Add(t, rr)
+	}
+	return zone
+}
+
+// mxSender delivers in mx mode through zone to port, private networks
+// allowed (the test servers are on loopback).
+func mxSender(t *testing.T, zone *testenv.DNSZone, port int, adjust ...func(*smtpsend.Config)) *smtpsend.Sender {
+	t.Helper()
+	resolver, err := dnscheck.New(zone.Addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := smtpsend.Config{
+		Mode:                 smtpsend.ModeMX,
+		Port:                 port,
+		HELO:                 ourHELO,
+		AllowPrivateNetworks: true,
+		Resolver:             resolver,
+	}
+	quick(&cfg)
+	for _, f := range adjust {
+		f(&cfg)
+	}
+	s, err := smtpsend.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// exampleZone routes example.test to mx.example.test at 127.0.0.1.
+func exampleZone(t *testing.T) *testenv.DNSZone {
+	return dnsZone(t,
+		"example.test. 60 IN MX 10 mx.example.test.",
+		"mx.example.test. 60 IN A 127.0.0.1",
+	)
+}
+
+func send(t *testing.T, s *smtpsend.Sender, rcpts ...string) []smtpsend.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	results := s.Send(ctx, sender, rcpts, message)
+	if len(results) != len(rcpts) {
+		t.Fatalf("%d results for %d recipients", len(results), len(rcpts))
+	}
+	for i, r := range results {
+		if r.Recipient != rcpts[i] {
+			t.Errorf("result %d is for %q, want %q", i, r.Recipient, rcpts[i])
+		}
+		if len(r.Message) > smtpsend.MaxMessageLen {
+			t.Errorf("result %d message is %d bytes", i, len(r.Message))
+		}
+	}
+	return results
+}
+
+func wantResult(t *testing.T, r smtpsend.Result, status smtpsend.Status, code int, msgPart string) {
+	t.Helper()
+	if r.Status != status || r.Code != code || !strings.Contains(r.Message, msgPart) {
+		t.Errorf("%s: got %s %d %q, want %s %d containing %q", r.Recipient, r.Status, r.Code, r.Message, status, code, msgPart)
+	}
+}
+
+func TestDeliveredUnchanged(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	s := mxSender(t, exampleZone(t), srv.port)
+
+	results := send(t, s, "a@example.test", "b@EXAMPLE.test")
+	for _, r := range results {
+		wantResult(t, r, smtpsend.Delivered, 250, "")
+	}
+	_, _, messages, helos := srv.stats()
+	if len(messages) != 1 {
+		t.Fatalf("server received %d messages, want 1", len(messages))
+	}
+	m := messages[0]
+	if !bytes.Equal(m.data, message) {
+		t.Errorf("received bytes differ from those sent:\n got %q\nwant %q", m.data, message)
+	}
+	if m.from != sender || !slices.Equal(m.rcpts, []string{"a@example.test", "b@EXAMPLE.test"}) {
+		t.Errorf("envelope = %q → %q", m.from, m.rcpts)
+	}
+	for _, h := range helos {
+		if h != ourHELO {
+			t.Errorf("the server was greeted as %q, want %q", h, ourHELO)
+		}
+	}
+}
+
+func TestTemporaryFailureThenSuccess(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	var calls atomic.Int32
+	srv.onRcpt = func(string) error {
+		if calls.Add(1) == 1 {
+			return smtpError(451, smtp.EnhancedCode{4, 7, 1}, "greylisted, try again later")
+		}
+		return nil
+	}
+	s := mxSender(t, exampleZone(t), srv.port)
+
+	wantResult(t, send(t, s, "a@example.test")[0], smtpsend.Deferred, 451, "4.7.1 greylisted")
+	if _, _, messages, _ := srv.stats(); len(messages) != 0 {
+		t.Fatalf("server received %d messages after refusing the only recipient", len(messages))
+	}
+	wantResult(t, send(t, s, "a@example.test")[0], smtpsend.Delivered, 250, "")
+	if _, _, messages, _ := srv.stats(); len(messages) != 1 {
+		t.Fatalf("server received %d messages, want 1", len(messages))
+	}
+}
+
+func TestAnswersPerRecipient(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	srv.onRcpt = func(to string) error {
+		switch {
+		case strings.HasPrefix(to, "unknown"):
+			return smtpError(550, smtp.EnhancedCode{5, 1, 1}, "no such user")
+		case strings.HasPrefix(to, "full"):
+			return smtpError(452, smtp.EnhancedCode{4, 2, 2}, "mailbox full")
+		}
+		return nil
+	}
+	s := mxSender(t, exampleZone(t), srv.port)
+
+	results := send(t, s, "unknown@example.test", "ok@example.test", "full@example.test", "ok2@example.test")
+	wantResult(t, results[0], smtpsend.HardBounce, 550, "5.1.1 no such user")
+	wantResult(t, results[1], smtpsend.Delivered, 250, "")
+	wantResult(t, results[2], smtpsend.Deferred, 452, "4.2.2 mailbox full")
+	wantResult(t, results[3], smtpsend.Delivered, 250, "")
+	_, _, messages, _ := srv.stats()
+	if len(messages) != 1 || !slices.Equal(messages[0].rcpts, []string{"ok@example.test", "ok2@example.test"}) {
+		t.Errorf("server received %+v, want one message to the two accepted recipients", messages)
+	}
+}
+
+func TestRefusalsForTheWholeTransaction(t *testing.T) {
+	tests := []struct {
+		name       string
+		mail, data error
+		rcpt       func(string) error
+		status     smtpsend.Status
+		code       int
+		text       string
+		// refusedAtRCPT is the outcome of the recipient the server
+		// refused at RCPT, which the DATA answer must not change.
+		refusedAtRCPT smtpsend.Status
+	}{
+		{name: "5xx to MAIL FROM", mail: smtpError(550, smtp.EnhancedCode{5, 7, 1}, "sender blocked"),
+			status: smtpsend.HardBounce, code: 550, text: "5.7.1 sender blocked", refusedAtRCPT: smtpsend.HardBounce},
+		{name: "4xx to MAIL FROM", mail: smtpError(421, smtp.EnhancedCode{4, 3, 2}, "shutting down"),
+			status: smtpsend.Deferred, code: 421, text: "shutting down", refusedAtRCPT: smtpsend.Deferred},
+		{name: "5xx to DATA", data: smtpError(554, smtp.EnhancedCode{5, 6, 0}, "content rejected"),
+			status: smtpsend.HardBounce, code: 554, text: "5.6.0 content rejected", refusedAtRCPT: smtpsend.Deferred},
+		{name: "4xx to DATA", data: smtpError(451, smtp.EnhancedCode{4, 3, 0}, "local error"),
+			status: smtpsend.Deferred, code: 451, text: "local error", refusedAtRCPT: smtpsend.Deferred},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := startServer(t, serverOptions{})
+			srv.onMail = func(string) error { return tt.mail }
+			srv.onRcpt = func(to string) error {
+				if strings.HasPrefix(to, "later") {
+					return smtpError(450, smtp.EnhancedCode{4, 2, 0}, "try later")
+				}
+				return nil
+			}
+			srv.onData = func(*smtp.Conn) error { return tt.data }
+			s := mxSender(t, exampleZone(t), srv.port)
+
+			results := send(t, s, "a@example.test", "later@example.test", "b@example.test")
+			wantResult(t, results[0], tt.status, tt.code, tt.text)
+			wantResult(t, results[2], tt.status, tt.code, tt.text)
+			if tt.mail == nil {
+				wantResult(t, results[1], smtpsend.Deferred, 450, "try later")
+			} else if results[1].Status != tt.refusedAtRCPT || results[1].Code != tt.code {
+				t.Errorf("recipient never asked for: %+v", results[1])
+			}
+			if _, _, messages, _ := srv.stats(); len(messages) != 0 {
+				t.Errorf("server kept %d messages", len(messages))
+			}
+		})
+	}
+}
+
+func TestSilentServerIsDeferredWithinCommandTimeout(t *testing.T) {
+	addr, conns := silentServer(t, false)
+	_, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	s := mxSender(t, exampleZone(t), p)
+
+	started := time.Now()
+	r := send(t, s, "a@example.test")[0]
+	if elapsed := time.Since(started); elapsed > 3*time.Second {
+		t.Errorf("Send took %s with a command time-out of 500ms", elapsed)
+	}
+	wantResult(t, r, smtpsend.Deferred, 0, "greeting: no reply in time")
+	if conns() != 1 {
+		t.Errorf("%d connections, want 1", conns())
+	}
+}
+
+func TestServerHangingAfterDataIsDeferred(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	srv.onData = func(*smtp.Conn) error {
+		<-release
+		return nil
+	}
+	s := mxSender(t, exampleZone(t), srv.port)
+
+	started := time.Now()
+	r := send(t, s, "a@example.test")[0]
+	if elapsed := time.Since(started); elapsed > 3*time.Second {
+		t.Errorf("Send took %s with a data time-out of 500ms", elapsed)
+	}
+	wantResult(t, r, smtpsend.Deferred, 0, "end of data: no reply in time")
+}
+
+func TestDroppedConnectionIsDeferred(t *testing.T) {
+	t.Run("at once", func(t *testing.T) {
+		addr, conns := silentServer(t, true)
+		_, port, _ := net.SplitHostPort(addr)
+		p, _ := strconv.Atoi(port)
+		s := mxSender(t, exampleZone(t), p)
+		wantResult(t, send(t, s, "a@example.test")[0], smtpsend.Deferred, 0, "greeting")
+		if conns() != 1 {
+			t.Errorf("%d connections, want 1", conns())
+		}
+	})
+	t.Run("after the message", func(t *testing.T) {
+		srv := startServer(t, serverOptions{})
+		srv.onData = func(c *smtp.Conn) error {
+			_ = c.Close()
+			return nil
+		}
+		s := mxSender(t, exampleZone(t), srv.port)
+		wantResult(t, send(t, s, "a@example.test")[0], smtpsend.Deferred, 0, "end of data")
+	})
+}
+
+func TestAttemptEndsWithTheContext(t *testing.T) {
+	addr, _ := silentServer(t, false)
+	_, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	s := mxSender(t, exampleZone(t), p, func(c *smtpsend.Config) { c.CommandTimeout = time.Minute })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	started := time.Now()
+	r := s.Send(ctx, sender, []string{"a@example.test"}, message)[0]
+	if elapsed := time.Since(started); elapsed > 2*time.Second {
+		t.Errorf("Send took %s with a context of 300ms", elapsed)
+	}
+	wantResult(t, r, smtpsend.Deferred, 0, "ran out of time")
+}
+
+func TestSTARTTLS(t *testing.T) {
+	pki := newTestPKI(t, []string{"mx.example.test"}, nil)
+	srv := startServer(t, serverOptions{startTLS: pki.serverConfig()})
+	s := mxSender(t, exampleZone(t), srv.port, func(c *smtpsend.Config) { c.RootCAs = pki.pool })
+
+	wantResult(t, send(t, s, "a@example.test")[0], smtpsend.Delivered, 250, "")
+	_, _, messages, helos := srv.stats()
+	if len(messages) != 1 || !messages[0].tls {
+		t.Fatalf("server received %+v, want one message over TLS", messages)
+	}
+	if !bytes.Equal(messages[0].data, message) {
+		t.Error("received bytes differ from those sent")
+	}
+	// Greeted before and after TLS, by our name both times.
+	if !slices.Equal(helos, []string{ourHELO, ourHELO}) {
+		t.Errorf("server was greeted as %q, want %q twice", helos, ourHELO)
+	}
+}
+
+func TestTLSRequiredWithoutSTARTTLS(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	s := mxSender(t, exampleZone(t), srv.port, func(c *smtpsend.Config) { c.TLS = smtpsend.TLSRequired })
+
+	wantResult(t, send(t, s, "a@example.test")[0], smtpsend.Deferred, 0, "does not offer STARTTLS and TLS is required")
+	if conns, mails, messages, _ := srv.stats(); conns != 1 || mails != 0 || len(messages) != 0 {
+		t.Errorf("server saw %d connections, %d MAIL commands, %d messages; want 1, 0, 0", conns, mails, len(messages))
+	}
+}
+
+func TestFailedTLSHandshake(t *testing.T) {
+	// A server that wants a client certificate we do not have: the
+	// handshake fails (TLS 1.2 makes it fail in the handshake itself).
+	pki := newTestPKI(t, []string{"mx.example.test"}, nil)
+	cfg := pki.serverConfig()
+	cfg.MaxVersion = tls.VersionTLS12
+	cfg.ClientAuth = tls.RequireAnyClientCert
+
+	t.Run("opportunistic sends in clear", func(t *testing.T) {
+		srv := startServer(t, serverOptions{startTLS: cfg})
+		s := mxSender(t, exampleZone(t), srv.port)
+		wantResult(t, send(t, s, "a@example.test")[0], smtpsend.Delivered, 250, "")
+		conns, _, messages, _ := srv.stats()
+		if conns != 2 || len(messages) != 1 || messages[0].tls {
+			t.Errorf("server saw %d connections and %+v; want 2 connections and one message in clear", conns, messages)
+		}
+	})
+	t.Run("required does not", func(t *testing.T) {
+		srv := startServer(t, serverOptions{startTLS: cfg})
+		s := mxSender(t, exampleZone(t), srv.port, func(c *smtpsend.Config) { c.TLS = smtpsend.TLSRequired })
+		wantResult(t, send(t, s, "a@example.test")[0], smtpsend.Deferred, 0, "TLS handshake")
+		if conns, mails, _, _ := srv.stats(); conns != 1 || mails != 0 {
+			t.Errorf("server saw %d connections and %d MAIL commands; want 1 and 0", conns, mails)
+		}
+	})
+}
+
+func TestNullMXBouncesWithoutDialing(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	zone := dnsZone(t,
+		"nomail.test. 60 IN MX 0 .",
+		"nomail.test. 60 IN A 127.0.0.1", // must not be used as an implicit MX
+	)
+	s := mxSender(t, zone, srv.port)
+
+	for _, r := range send(t, s, "a@nomail.test", "b@nomail.test") {
+		wantResult(t, r, smtpsend.HardBounce, 556, "domain does not accept mail (null MX)")
+	}
+	if conns, _, _, _ := srv.stats(); conns != 0 {
+		t.Errorf("server saw %d connections, want none", conns)
+	}
+}
+
+func TestNoMXFallsBackToAddressRecords(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	zone := dnsZone(t, "plain.test. 60 IN A 127.0.0.1")
+	s := mxSender(t, zone, srv.port)
+
+	wantResult(t, send(t, s, "a@plain.test")[0], smtpsend.Delivered, 250, "")
+	if _, _, messages, _ := srv.stats(); len(messages) != 1 {
+		t.Errorf("server received %d messages, want 1", len(messages))
+	}
+}
+
+func TestDomainWithoutMailHost(t *testing.T) {
+	zone := dnsZone(t,
+		"txtonly.test. 60 IN TXT \"v=spf1 -all\"",
+		"brokenmx.test. 60 IN MX 10 nowhere.brokenmx.test.",
+	)
+	s := mxSender(t, zone, 25)
+	results := send(t, s, "a@txtonly.test", "a@absent.test", "a@brokenmx.test")
+	wantResult(t, results[0], smtpsend.HardBounce, 550, "no MX or address records")
+	wantResult(t, results[1], smtpsend.HardBounce, 550, "no MX or address records")
+	// An MX naming a host without addresses may be fixed in time.
+	wantResult(t, results[2], smtpsend.Deferred, 0, "nowhere.brokenmx.test of brokenmx.test has no address records")
+}
+
+func TestDNSFailureIsDeferred(t *testing.T) {
+	silent, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	resolver, err := dnscheck.New(silent.LocalAddr().String(), 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := smtpsend.New(smtpsend.Config{HELO: ourHELO, Resolver: resolver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantResult(t, send(t, s, "a@example.test")[0], smtpsend.Deferred, 0, "MX look-up for example.test failed")
+}
+
+func TestMXPreferenceOrderAndFallback(t *testing.T) {
+	// Two servers on one port: the preferred one on 127.0.0.2.
+	backup := startServer(t, serverOptions{})
+	preferred := startServer(t, serverOptions{host: "127.0.0.2", port: backup.port})
+	zone := dnsZone(t,
+		"example.test. 60 IN MX 20 backup.example.test.",
+		"example.test. 60 IN MX 10 preferred.example.test.",
+		"backup.example.test. 60 IN A 127.0.0.1",
+		"preferred.example.test. 60 IN A 127.0.0.2",
+	)
+	s := mxSender(t, zone, backup.port)
+
+	wantResult(t, send(t, s, "a@example.test")[0], smtpsend.Delivered, 250, "")
+	if _, _, m, _ := preferred.stats(); len(m) != 1 {
+		t.Errorf("preferred exchanger received %d messages, want 1", len(m))
+	}
+	if conns, _, _, _ := backup.stats(); conns != 0 {
+		t.Errorf("backup exchanger saw %d connections, want none", conns)
+	}
+
+	// The preferred exchanger is busy: the backup gets the mail.
+	busy := dnsZone(t,
+		"example.test. 60 IN MX 10 preferred.example.test.",
+		"example.test. 60 IN MX 20 backup.example.test.",
+		"preferred.example.test. 60 IN A 127.0.0.3", // nobody listens there
+		"backup.example.test. 60 IN A 127.0.0.1",
+	)
+	s = mxSender(t, busy, backup.port)
+	wantResult(t, send(t, s, "a@example.test")[0], smtpsend.Delivered, 250, "")
+	if _, _, m, _ := backup.stats(); len(m) != 1 {
+		t.Errorf("backup exchanger received %d messages, want 1", len(m))
+	}
+
+	// Nobody answers: deferred, saying what happened at the last one.
+	dead := dnsZone(t,
+		"example.test. 60 IN MX 10 a.example.test.",
+		"example.test. 60 IN MX 20 b.example.test.",
+		"a.example.test. 60 IN A 127.0.0.3",
+		"b.example.test. 60 IN A 127.0.0.4",
+	)
+	s = mxSender(t, dead, backup.port)
+	wantResult(t, send(t, s, "a@example.test")[0], smtpsend.Deferred, 0, "b.example.test [127.0.0.4]:"+strconv.Itoa(backup.port)+": connect:")
+}
+
+func TestPrivateAddressRefusedAtDialTime(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	s := mxSender(t, exampleZone(t), srv.port, func(c *smtpsend.Config) { c.AllowPrivateNetworks = false })
+
+	r := send(t, s, "a@example.test")[0]
+	wantResult(t, r, smtpsend.Deferred, 0, "special-purpose range: 127.0.0.1")
+	wantResult(t, r, smtpsend.Deferred, 0, "private networks are not allowed")
+	if conns, _, _, _ := srv.stats(); conns != 0 {
+		t.Errorf("server saw %d connections, want none", conns)
+	}
+}
+
+func TestTwoDomainsTwoTransactions(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	zone := dnsZone(t,
+		"one.test. 60 IN MX 10 mx.one.test.",
+		"two.test. 60 IN MX 10 mx.two.test.",
+		"mx.one.test. 60 IN A 127.0.0.1",
+		"mx.two.test. 60 IN A 127.0.0.1",
+	)
+	s := mxSender(t, zone, srv.port)
+
+	for _, r := range send(t, s, "a@one.test", "b@two.test", "c@One.Test") {
+		wantResult(t, r, smtpsend.Delivered, 250, "")
+	}
+	_, _, messages, _ := srv.stats()
+	var got []string
+	for _, m := range messages {
+		got = append(got, strings.Join(m.rcpts, ","))
+		if !bytes.Equal(m.data, message) {
+			t.Error("received bytes differ from those sent")
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"a@one.test,c@One.Test", "b@two.test"}; !slices.Equal(got, want) {
+		t.Errorf("transactions = %q, want %q", got, want)
+	}
+}
+
+func TestInvalidAndRepeatedRecipients(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	s := mxSender(t, exampleZone(t), srv.port)
+
+	results := send(t, s, "a@example.test", "no-at-sign", "x@example.test>\r\nRSET", "a@example.test", "b@[127.0.0.1]")
+	wantResult(t, results[0], smtpsend.Delivered, 250, "")
+	wantResult(t, results[1], smtpsend.HardBounce, 553, "invalid recipient address")
+	wantResult(t, results[2], smtpsend.HardBounce, 553, "invalid recipient address")
+	wantResult(t, results[3], smtpsend.Delivered, 250, "")
+	wantResult(t, results[4], smtpsend.HardBounce, 553, "address literals are not supported")
+	_, _, messages, _ := srv.stats()
+	if len(messages) != 1 || !slices.Equal(messages[0].rcpts, []string{"a@example.test"}) {
+		t.Errorf("server received %+v, want one message to a@example.test once", messages)
+	}
+
+	// Our own bad envelope sender bounces nobody.
+	r := s.Send(context.Background(), "bounces@", []string{"a@example.test"}, message)[0]
+	wantResult(t, r, smtpsend.Deferred, 0, "invalid envelope sender")
+}
+
+func TestLongReplyIsTruncated(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	srv.onRcpt = func(string) error {
+		return smtpError(550, smtp.EnhancedCode{5, 1, 1}, strings.Repeat("é", 400))
+	}
+	s := mxSender(t, exampleZone(t), srv.port)
+	r := send(t, s, "a@example.test")[0]
+	if r.Status != smtpsend.HardBounce || len(r.Message) > smtpsend.MaxMessageLen || len(r.Message) < smtpsend.MaxMessageLen-1 ||
+		!strings.HasPrefix(r.Message, "5.1.1 éé") || !strings.HasSuffix(r.Message, "é") {
+		t.Errorf("got %s with a %d-byte message %q", r.Status, len(r.Message), r.Message)
+	}
+}
+
+func relaySender(t *testing.T, relay string, adjust ...func(*smtpsend.Config)) *smtpsend.Sender {
+	t.Helper()
+	cfg := smtpsend.Config{Mode: smtpsend.ModeRelay, Relay: relay, HELO: ourHELO}
+	quick(&cfg)
+	for _, f := range adjust {
+		f(&cfg)
+	}
+	s, err := smtpsend.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestRelayWithAuth(t *testing.T) {
+	pki := newTestPKI(t, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)})
+	const password = "s3cret-relay-password"
+	for _, implicit := range []bool{false, true} {
+		t.Run(fmt.Sprintf("implicit TLS %v", implicit), func(t *testing.T) {
+			opts := serverOptions{startTLS: pki.serverConfig()}
+			if implicit {
+				opts = serverOptions{implicitTLS: pki.serverConfig()}
+			}
+			srv := startServer(t, opts)
+			srv.username, srv.password = "mailyard", password
+			// Private networks are not allowed, yet the relay on
+			// loopback is used: the operator chose it.
+			s := relaySender(t, srv.addr, func(c *smtpsend.Config) {
+				c.RootCAs = pki.pool
+				c.RelayImplicitTLS = implicit
+				c.RelayUsername, c.RelayPassword = "mailyard", password
+				c.TLS = smtpsend.TLSRequired
+			})
+
+			// Two domains, one transaction: the relay routes them.
+			for _, r := range send(t, s, "a@one.test", "b@two.test") {
+				wantResult(t, r, smtpsend.Delivered, 250, "")
+			}
+			_, _, messages, _ := srv.stats()
+			if len(messages) != 1 {
+				t.Fatalf("relay received %d messages, want 1", len(messages))
+			}
+			m := messages[0]
+			if !m.tls || m.user != "mailyard" || !slices.Equal(m.rcpts, []string{"a@one.test", "b@two.test"}) || !bytes.Equal(m.data, message) {
+				t.Errorf("relay received %+v over TLS %v as %q", m.rcpts, m.tls, m.user)
+			}
+
+			// A wrong password: deferred with the relay's answer, and the
+			// password never in the result.
+			wrong := relaySender(t, srv.addr, func(c *smtpsend.Config) {
+				c.RootCAs = pki.pool
+				c.RelayImplicitTLS = implicit
+				c.RelayUsername, c.RelayPassword = "mailyard", "not-"+password
+			})
+			r := send(t, wrong, "a@one.test")[0]
+			wantResult(t, r, smtpsend.Deferred, 535, "AUTH")
+			if strings.Contains(r.Message, password) {
+				t.Errorf("result message %q holds the password", r.Message)
+			}
+			if _, _, messages, _ := srv.stats(); len(messages) != 1 {
+				t.Errorf("relay received %d messages, want still 1", len(messages))
+			}
+		})
+	}
+}
+
+func TestRelayCertificateIsVerified(t *testing.T) {
+	pki := newTestPKI(t, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)})
+	srv := startServer(t, serverOptions{startTLS: pki.serverConfig()})
+	s := relaySender(t, srv.addr) // system roots: the test CA is unknown
+
+	wantResult(t, send(t, s, "a@one.test")[0], smtpsend.Deferred, 0, "TLS handshake")
+	// Not retried in clear, unlike mx delivery: a relay's certificate
+	// failing is what an attacker in the middle looks like.
+	if conns, mails, _, _ := srv.stats(); conns != 1 || mails != 0 {
+		t.Errorf("relay saw %d connections and %d MAIL commands; want 1 and 0", conns, mails)
+	}
+}
+
+func TestRelayCredentialsNeverInClear(t *testing.T) {
+	ip := nonLoopbackAddress(t)
+	srv := startServer(t, serverOptions{host: ip})
+	srv.username, srv.password = "mailyard", "secret"
+	s := relaySender(t, srv.addr, func(c *smtpsend.Config) {
+		c.RelayUsername, c.RelayPassword = "mailyard", "secret"
+	})
+
+	wantResult(t, send(t, s, "a@one.test")[0], smtpsend.Deferred, 0, "not sending the relay credentials over an unencrypted connection")
+	if _, mails, _, _ := srv.stats(); mails != 0 {
+		t.Errorf("relay saw %d MAIL commands, want 0", mails)
+	}
+}
+
+// nonLoopbackAddress is an IPv4 address of this machine outside loopback.
+func nonLoopbackAddress(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if ipnet, ok := a.(*net.IPNet); ok && !ipnet.IP.IsLoopback() && ipnet.IP.To4() != nil {
+			return ipnet.IP.String()
+		}
+	}
+	t.Skip("this machine has no IPv4 address outside loopback")
+	return ""
+}
+
+func TestNewValidates(t *testing.T) {
+	resolver, err := dnscheck.New("127.0.0.1:53", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		cfg  smtpsend.Config
+		want string
+	}{
+		{"no HELO", smtpsend.Config{Resolver: resolver}, "HELO name is required"},
+		{"HELO with a space", smtpsend.Config{HELO: "a b", Resolver: resolver}, "not a host name"},
+		{"unknown mode", smtpsend.Config{Mode: "smarthost", HELO: ourHELO}, `mode "smarthost"`},
+		{"unknown TLS", smtpsend.Config{TLS: "always", HELO: ourHELO, Resolver: resolver}, `TLS: "always"`},
+		{"mx without resolver", smtpsend.Config{HELO: ourHELO}, "needs a DNS resolver"},
+		{"mx with relay settings", smtpsend.Config{HELO: ourHELO, Resolver: resolver, Relay: "smtp.example.com:587"}, "mode is mx"},
+		{"bad port", smtpsend.Config{HELO: ourHELO, Resolver: resolver, Port: 70000}, "port 70000"},
+		{"relay without address", smtpsend.Config{Mode: smtpsend.ModeRelay, HELO: ourHELO}, "needs the relay's host:port"},
+		{"relay without port", smtpsend.Config{Mode: smtpsend.ModeRelay, Relay: "smtp.example.com", HELO: ourHELO}, "not host:port"},
+		{"username without password", smtpsend.Config{Mode: smtpsend.ModeRelay, Relay: "smtp.example.com:587", HELO: ourHELO, RelayUsername: "u"}, "set both or neither"},
+	}
+	for _, tt := range tests {
+		if _, err := smtpsend.New(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: error %v, want one containing %q", tt.name, err, tt.want)
+		}
+	}
+	if _, err := smtpsend.New(smtpsend.Config{HELO: ourHELO, Resolver: resolver}); err != nil {
+		t.Errorf("minimal mx configuration: %v", err)
+	}
+}

@@ -1,0 +1,119 @@
+package smtpsend
+
+import (
+	"context"
+	"time"
+
+	"github.com/emersion/go-smtp"
+)
+
+// quitTimeout bounds the wait for the reply to QUIT: the mail is settled by
+// then, and a server slow to say goodbye must not hold the attempt.
+const quitTimeout = 10 * time.Second
+
+// transact runs one mail transaction and closes the session. It returns one
+// outcome per recipient: MAIL FROM and DATA answers apply to all the
+// recipients they concern, RCPT TO answers to one; only recipients accepted
+// at RCPT TO get the DATA answer.
+func (s *session) transact(ctx context.Context, from string, rcpts []string, msg []byte) []outcome {
+	defer s.close()
+	out := make([]outcome, len(rcpts))
+	set := func(indices []int, o outcome) {
+		for _, i := range indices {
+			out[i] = o
+		}
+	}
+	all := make([]int, len(rcpts))
+	for i := range all {
+		all[i] = i
+	}
+
+	opts := &smtp.MailOptions{Size: int64(len(msg))}
+	if !isASCII(from) || !allASCII(rcpts) {
+		if ok, _ := s.client.Extension("SMTPUTF8"); !ok {
+			s.quit()
+			return same(len(rcpts), outcome{status: HardBounce, code: codeInvalidAddress,
+				message: "the server does not accept internationalized addresses (no SMTPUTF8)"})
+		}
+		opts.UTF8 = true
+	}
+	if err := s.client.Mail(from, opts); err != nil {
+		s.quit()
+		return same(len(rcpts), failureOutcome(ctx, s.where, "MAIL FROM", err))
+	}
+
+	var accepted []int
+	for i, rcpt := range rcpts {
+		err := s.client.Rcpt(rcpt, nil)
+		if err == nil {
+			accepted = append(accepted, i)
+			continue
+		}
+		if code, text, ok := serverReply(err); ok {
+			out[i] = replyOutcome(code, text)
+			continue
+		}
+		// The connection broke: nobody got the message.
+		set(append(accepted, all[i:]...), deferred("%s", describe(ctx, s.where, "RCPT TO", err)))
+		return out
+	}
+	if len(accepted) == 0 {
+		s.quit()
+		return out
+	}
+
+	data, err := s.client.Data()
+	if err != nil {
+		set(accepted, failureOutcome(ctx, s.where, "DATA", err))
+		s.quit()
+		return out
+	}
+	// go-smtp sets no deadline for writing the message itself.
+	_ = s.conn.SetDeadline(time.Now().Add(s.dataTimeout))
+	if _, err := data.Write(msg); err != nil {
+		set(accepted, deferred("%s", describe(ctx, s.where, "sending the message", err)))
+		return out
+	}
+	reply, err := data.CloseWithResponse()
+	if err != nil {
+		if code, text, ok := serverReply(err); ok && code/100 == 2 {
+			// go-smtp wants exactly 250; any 2xx means accepted.
+			set(accepted, outcome{status: Delivered, code: code, message: text})
+		} else {
+			set(accepted, failureOutcome(ctx, s.where, "end of data", err))
+		}
+		return out
+	}
+	set(accepted, outcome{status: Delivered, code: 250, message: oneLine(reply.StatusText)})
+	s.quit()
+	return out
+}
+
+// quit ends the session politely; the reply does not matter.
+func (s *session) quit() {
+	s.client.CommandTimeout = min(s.client.CommandTimeout, quitTimeout)
+	_ = s.client.Quit()
+}
+
+func (s *session) close() {
+	s.stop()
+	_ = s.client.Close()
+}
+
+func isASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+func allASCII(ss []string) bool {
+	for _, s := range ss {
+		if !isASCII(s) {
+			return false
+		}
+	}
+	return true
+}
