@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"net/http"
 	"net/http/httptest"
 	"testing"
 
