@@ -31,7 +31,17 @@ type Emails struct {
 	Sender *smtpsend.Sender
 	// Runs starts the webhook deliveries of the outcome events.
 	Runs *deliveryruns.Runs
+	// SendLimit bounds the SMTP part of one attempt (default
+	// DefaultSendLimit); it must end well before the attempt's own time
+	// limit in the workflow, so that recipients whose servers did not answer
+	// in time are recorded as deferred and the schedule goes on, instead of
+	// the whole attempt timing out and being retried with nothing recorded.
+	SendLimit time.Duration
 }
+
+// DefaultSendLimit is the SMTP budget of one attempt: the email workflow
+// gives an attempt 15 minutes in all.
+const DefaultSendLimit = 10 * time.Minute
 
 // Bounce types of the bounced event (docs/sending.md).
 const (
@@ -182,8 +192,14 @@ func (a *Emails) Attempt(ctx context.Context, in email.AttemptInput) (email.Atte
 	for i, r := range pending {
 		addrs[i] = r.Address
 	}
+	limit := a.SendLimit
+	if limit <= 0 {
+		limit = DefaultSendLimit
+	}
+	sendCtx, cancel := context.WithTimeout(ctx, limit)
 	started := time.Now()
-	results := a.Sender.Send(ctx, envelopeSender(e.ID, d.MailFromSubdomain), addrs, e.SignedMessage)
+	results := a.Sender.Send(sendCtx, envelopeSender(e.ID, d.MailFromSubdomain), addrs, e.SignedMessage)
+	cancel()
 	if err := ctx.Err(); err != nil {
 		// The worker is stopping: nothing is recorded, and the retried
 		// attempt sends again (the same bytes and Message-ID).

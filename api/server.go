@@ -85,7 +85,7 @@ func New(d Deps) *Server {
 	if s.idempotencyWait <= 0 {
 		s.idempotencyWait = defaultIdempotencyWait
 	}
-	s.deliveries = &deliveryruns.Runs{Temporal: d.Temporal, Schedule: d.DeliverySchedule, Logger: d.Logger}
+	s.deliveries = &deliveryruns.Runs{Temporal: d.Temporal, Store: d.Store, Schedule: d.DeliverySchedule, Logger: d.Logger}
 	s.platform = &platformevents.Emitter{Store: d.Store, Runs: s.deliveries}
 	s.lifecycle = &domainLifecycle{temporal: d.Temporal, store: d.Store, retain: d.Config.DKIMRetain, recheckEvery: d.Config.DKIMRecheck}
 	s.onboarding = &onboardingRuns{temporal: d.Temporal, store: d.Store, verifier: d.Verifier, schedule: onboardingSchedule(d.Config.VerifySchedule), logger: d.Logger}

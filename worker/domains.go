@@ -54,8 +54,8 @@ type RotationStarter struct {
 }
 
 // StartRotation starts (or joins) the domain's rotation workflow.
-func (r RotationStarter) StartRotation(ctx context.Context, domainID int64) error {
-	return rotation.Start(ctx, r.Client, rotation.Input{DomainID: domainID, Retain: r.Retain, RecheckEvery: r.RecheckEvery})
+func (r RotationStarter) StartRotation(ctx context.Context, orgID, domainID int64) error {
+	return rotation.Start(ctx, r.Client, orgID, rotation.Input{DomainID: domainID, Retain: r.Retain, RecheckEvery: r.RecheckEvery})
 }
 
 // RegisterDomains registers the domain workflows (onboarding, rotation,

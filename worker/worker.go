@@ -42,7 +42,7 @@ type Deps struct {
 // NewEmitter is the platform-event emitter of a worker: it stores events in
 // st and starts their delivery workflows through tc.
 func NewEmitter(st *store.Store, tc client.Client, logger *slog.Logger) *platformevents.Emitter {
-	return &platformevents.Emitter{Store: st, Runs: &deliveryruns.Runs{Temporal: tc, Logger: logger}}
+	return &platformevents.Emitter{Store: st, Runs: &deliveryruns.Runs{Temporal: tc, Store: st, Logger: logger}}
 }
 
 // stopMargin is added to a task queue's longest activity to make its

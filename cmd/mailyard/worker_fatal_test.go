@@ -49,16 +49,18 @@ func TestWorkerExitsOnFatalError(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "the workers to start", func() bool {
 		return strings.Count(worker.Output(), "Started Worker") == 3
 	})
-	if _, exited := worker.Exited(2 * time.Second); exited {
+	time.Sleep(2 * time.Second)
+	if worker.Exited() {
 		t.Fatalf("the worker exited before its namespace was deleted:\n%s", worker.Output())
 	}
 
 	operator("delete", "--yes")
-	code, exited := worker.Exited(5 * time.Minute)
-	if !exited {
-		t.Fatalf("the worker still runs 5 minutes after its namespace was deleted:\n%s", worker.Output())
+	for deadline := time.Now().Add(5 * time.Minute); !worker.Exited(); time.Sleep(time.Second) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the worker still runs 5 minutes after its namespace was deleted:\n%s", worker.Output())
+		}
 	}
-	if code == 0 || !strings.Contains(worker.Output(), "worker stopped on a fatal error") {
-		t.Fatalf("exit status %d, output:\n%s", code, worker.Output())
+	if code := worker.ExitCode(); code == 0 || !strings.Contains(worker.Output(), "worker stopped on a fatal error") {
+		t.Fatalf("exit status %d, output:\n%s", worker.ExitCode(), worker.Output())
 	}
 }

@@ -56,7 +56,14 @@ type Process struct {
 // is stopped with SIGTERM when the test ends, and its output is logged on failure.
 func Start(t testing.TB, env []string, args ...string) *Process {
 	t.Helper()
+	return StartIn(t, "", env, args...)
+}
+
+// StartIn is Start in the working directory dir ("" for the test's own).
+func StartIn(t testing.TB, dir string, env []string, args ...string) *Process {
+	t.Helper()
 	cmd := exec.Command(Binary(t), args...)
+	cmd.Dir = dir
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
 	p := &Process{cmd: cmd, output: &SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.output, p.output
@@ -90,15 +97,22 @@ func (p *Process) Kill() {
 	<-p.done
 }
 
-// Exited waits up to timeout for the process to end by itself and returns
-// its exit status; ok is false if it is still running.
-func (p *Process) Exited(timeout time.Duration) (code int, ok bool) {
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
 	select {
 	case <-p.done:
-		return p.cmd.ProcessState.ExitCode(), true
-	case <-time.After(timeout):
-		return 0, false
+		return true
+	default:
+		return false
 	}
+}
+
+// ExitCode is the exit status of an ended process (-1 while it runs).
+func (p *Process) ExitCode() int {
+	if !p.Exited() {
+		return -1
+	}
+	return p.cmd.ProcessState.ExitCode()
 }
 
 // Output is what the process printed so far.
