@@ -46,8 +46,13 @@ func (o *onboardingRuns) startOptions(d *store.Domain) client.StartWorkflowOptio
 }
 
 // onboardingSchedule turns the configured verification schedule into the
-// workflow's own type; empty stays empty (the workflow's default).
+// workflow's own type; empty is the workflow's default, written out: every
+// run carries its schedule in its input, so that changing the default never
+// changes a run already on its way.
 func onboardingSchedule(steps []config.ScheduleStep) []onboarding.Step {
+	if len(steps) == 0 {
+		return onboarding.DefaultSchedule
+	}
 	var out []onboarding.Step
 	for _, s := range steps {
 		out = append(out, onboarding.Step{Every: s.Every, Until: s.Until})

@@ -29,7 +29,8 @@ type Runs struct {
 	// Store tells whose each delivery is, for the workflows' search
 	// attributes; nil starts them without (tests of the start logic).
 	Store *store.Store
-	// Schedule overrides delivery.DefaultSchedule (tests, benchmarks).
+	// Schedule overrides delivery.DefaultSchedule (tests, benchmarks). Every
+	// start carries its schedule in the workflow's input.
 	Schedule []time.Duration
 	Logger   *slog.Logger
 }
@@ -191,8 +192,14 @@ func (r *Runs) owners(ctx context.Context, ids []string) (map[string]store.Deliv
 	return r.Store.DeliveryOwners(ctx, ids)
 }
 
+// input carries the schedule in force now, so that changing the default
+// never changes a series already on its way.
 func (r *Runs) input(id string) delivery.Input {
-	return delivery.Input{DeliveryID: id, Schedule: r.Schedule}
+	schedule := r.Schedule
+	if len(schedule) == 0 {
+		schedule = delivery.DefaultSchedule
+	}
+	return delivery.Input{DeliveryID: id, Schedule: schedule}
 }
 
 // PendingIDs lists the deliveries that still need a series.
