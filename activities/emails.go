@@ -15,6 +15,7 @@ import (
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/mailmsg"
+	"github.com/mailyard/mailyard/internal/metrics"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/smtpsend"
 	"github.com/mailyard/mailyard/internal/store"
@@ -196,6 +197,7 @@ func (a *Emails) Attempt(ctx context.Context, in email.AttemptInput) (email.Atte
 		limit = DefaultSendLimit
 	}
 	sendCtx, cancel := context.WithTimeout(ctx, limit)
+	started := time.Now()
 	results := a.Sender.Send(sendCtx, envelopeSender(e.ID, d.MailFromSubdomain), addrs, e.SignedMessage)
 	cancel()
 	if err := ctx.Err(); err != nil {
@@ -203,6 +205,7 @@ func (a *Emails) Attempt(ctx context.Context, in email.AttemptInput) (email.Atte
 		// attempt sends again (the same bytes and Message-ID).
 		return out, err
 	}
+	metrics.ObserveEmailAttempt(time.Since(started))
 	for i, res := range results {
 		r := pending[i]
 		code := res.Code
@@ -230,8 +233,22 @@ func (a *Emails) Attempt(ctx context.Context, in email.AttemptInput) (email.Atte
 		if _, err := a.Store.ChangeRecipient(ctx, e.ID, change, effects); err != nil {
 			return out, err
 		}
+		metrics.CountEmailRecipient(recipientOutcome(change.Status))
 	}
 	return out, a.settle(ctx, e.ID)
+}
+
+// recipientOutcome is the metrics label of a recipient's status after an
+// attempt.
+func recipientOutcome(status string) string {
+	switch status {
+	case store.RecipientDelivered:
+		return metrics.EmailDelivered
+	case store.RecipientBounced:
+		return metrics.EmailBounced
+	default:
+		return metrics.EmailDeferred
+	}
 }
 
 // Erase erases the stored message once the retention time is over.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/searchattr"
+	"github.com/mailyard/mailyard/internal/temporalclient"
 )
 
 // namespaceRetention is how long a new namespace keeps closed workflows'
@@ -32,7 +34,13 @@ func cmdTemporal(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := client.DialContext(ctx, client.Options{HostPort: cfg.TemporalAddress, Namespace: cfg.TemporalNamespace})
+	// The same connection settings as every process: TLS and API keys work
+	// for Temporal Cloud and mTLS clusters too.
+	opts, err := temporalclient.Options(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	c, err := client.DialContext(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("connect to Temporal at %s: %w", cfg.TemporalAddress, err)
 	}

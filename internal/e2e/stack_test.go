@@ -38,6 +38,9 @@ type stack struct {
 	customer    *testenv.DNSZone
 	temporalC   client.Client
 	databaseURL string
+	// metricsURL is each process's /metrics: the API's internal listener,
+	// and MAILYARD_METRICS_ADDR of worker and dns.
+	metricsURL map[string]string
 }
 
 // topology is what startTopology runs.
@@ -92,19 +95,29 @@ func startTopology(t *testing.T, top topology) *stack {
 	}
 	s.adminKey = key
 
+	// Every process gets listeners of its own; metricsURL names the first of
+	// each kind (the API serves /metrics on its internal listener).
 	var listeners []string
+	s.metricsURL = map[string]string{}
 	for range top.apis {
 		httpAddr, internalAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 		s.apiURLs = append(s.apiURLs, "http://"+httpAddr)
 		s.internal = append(s.internal, internalAddr)
 		listeners = append(listeners, httpAddr, internalAddr)
-		testenv.Start(t, append(slices.Clip(s.env), "MAILYARD_HTTP_ADDR="+httpAddr, "MAILYARD_INTERNAL_ADDR="+internalAddr), "api")
+		testenv.Start(t, slices.Concat(s.env, []string{"MAILYARD_HTTP_ADDR=" + httpAddr, "MAILYARD_INTERNAL_ADDR=" + internalAddr}), "api")
 	}
 	s.apiURL = s.apiURLs[0]
-	for range top.workers {
-		s.workers = append(s.workers, testenv.Start(t, s.env, "worker"))
+	s.metricsURL["api"] = "http://" + s.internal[0] + "/metrics"
+	for i := range top.workers {
+		metrics := testenv.FreeAddr(t)
+		if i == 0 {
+			s.metricsURL["worker"] = "http://" + metrics + "/metrics"
+		}
+		s.workers = append(s.workers, testenv.Start(t, slices.Concat(s.env, []string{"MAILYARD_METRICS_ADDR=" + metrics}), "worker"))
 	}
-	testenv.Start(t, s.env, "dns")
+	dnsMetrics := testenv.FreeAddr(t)
+	s.metricsURL["dns"] = "http://" + dnsMetrics + "/metrics"
+	testenv.Start(t, slices.Concat(s.env, []string{"MAILYARD_METRICS_ADDR=" + dnsMetrics}), "dns")
 	for _, addr := range append(listeners, s.dnsAddr) {
 		testenv.WaitListening(t, addr, 30*time.Second)
 	}

@@ -25,11 +25,16 @@ var stepOptions = workflow.ActivityOptions{
 	RetryPolicy:         infrastructureRetry,
 }
 
+// AttemptTimeout is the longest one SMTP attempt may run (StartToClose); the
+// worker's stop timeout waits for it (worker/emails.go), so a deploy does not
+// cut an SMTP session in half.
+const AttemptTimeout = 15 * time.Minute
+
 // attemptOptions bound one SMTP attempt: a transaction per recipient
 // domain, each command limited by the transport (docs/sending.md), for up to
 // 50 recipients.
 var attemptOptions = workflow.ActivityOptions{
-	StartToCloseTimeout: 15 * time.Minute,
+	StartToCloseTimeout: AttemptTimeout,
 	RetryPolicy:         infrastructureRetry,
 }
 
