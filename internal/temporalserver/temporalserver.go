@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -249,6 +250,16 @@ func (s *Server) probe(ctx context.Context) error {
 	}
 	defer c.Close()
 	if err := addSearchAttributes(ctx, c, s.Namespace); err != nil {
+		return err
+	}
+	// Added attributes reach the frontend's namespace cache a moment later;
+	// until then a start that carries them is refused. A query on all of them
+	// fails the same way, and leaves nothing behind.
+	var terms []string
+	for _, name := range searchattr.Names() {
+		terms = append(terms, name+" = 0")
+	}
+	if _, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: s.Namespace, Query: strings.Join(terms, " AND ")}); err != nil {
 		return err
 	}
 	_, err = c.DescribeWorkflowExecution(ctx, "temporalserver-readiness-probe", "")

@@ -6,12 +6,16 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+
+	"github.com/mailyard/mailyard/internal/searchattr"
 )
 
 // The real server keeps a workflow across a restart: it is in PostgreSQL, not
 // in the process. A workflow started before Stop is still running after Start,
-// and one started after the restart runs next to it.
+// one started after the restart runs next to it, and visibility finds the first
+// by its search attribute.
 func TestRealTemporalRestartKeepsWorkflows(t *testing.T) {
 	r := StartRealTemporal(t)
 	dial := func() client.Client {
@@ -25,8 +29,11 @@ func TestRealTemporalRestartKeepsWorkflows(t *testing.T) {
 	defer cancel()
 
 	c := dial()
-	// No worker polls this queue: the workflow stays running, only stored.
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "before-restart", TaskQueue: "nobody-polls"}, "Anything")
+	// No worker polls this queue: the workflow stays running, only stored. It
+	// carries Mailyard's search attributes, as every Mailyard workflow does: the
+	// server refuses the start unless they are registered.
+	owner := searchattr.Owner{OrganizationID: 7, DomainID: 9}
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "before-restart", TaskQueue: "nobody-polls", TypedSearchAttributes: owner.Attributes()}, "Anything")
 	c.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +60,12 @@ func TestRealTemporalRestartKeepsWorkflows(t *testing.T) {
 	if _, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "after-restart", TaskQueue: "nobody-polls"}, "Anything"); err != nil {
 		t.Fatalf("start after the restart: %v", err)
 	}
+
+	// Visibility in PostgreSQL finds the first by its attribute.
+	Eventually(t, 30*time.Second, "the workflow listed by organization", func() bool {
+		res, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: "MailyardOrganizationId = 7"})
+		return err == nil && len(res.Executions) == 1 && res.Executions[0].Execution.WorkflowId == "before-restart"
+	})
 }
 
 // quietSDKLogger drops the SDK's connection-retry chatter.
