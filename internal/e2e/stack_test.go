@@ -27,28 +27,43 @@ type stack struct {
 	t           *testing.T
 	env         []string
 	apiURL      string
+	httpAddr    string
 	dnsAddr     string
 	temporal    string
 	adminKey    string
 	customer    *testenv.DNSZone
 	temporalC   client.Client
 	databaseURL string
+	// worker is the worker process (nil when the worker runs in the test
+	// process); a test may kill it and start another.
+	worker *testenv.Process
 }
 
 func startStack(t *testing.T, extraEnv ...string) *stack {
 	t.Helper()
+	s := prepareStack(t, extraEnv...)
+	testenv.Start(t, s.env, "api")
+	s.worker = testenv.Start(t, s.env, "worker")
+	s.startDNS()
+	return s
+}
+
+// prepareStack migrates a fresh database and creates an organization with
+// an admin key; the caller starts the api and the worker, then startDNS.
+func prepareStack(t *testing.T, extraEnv ...string) *stack {
+	t.Helper()
 	// Its own Temporal server: the rotation workflows a test leaves running must
 	// not be joined by the next test's domain with the same id.
 	s := &stack{t: t, customer: testenv.StartDNSZone(t), temporal: testenv.OwnTemporal(t), databaseURL: testenv.PostgresURL(t)}
-	httpAddr := testenv.FreeAddr(t)
+	s.httpAddr = testenv.FreeAddr(t)
 	s.dnsAddr = testenv.FreeAddr(t)
-	s.apiURL = "http://" + httpAddr
+	s.apiURL = "http://" + s.httpAddr
 	s.env = append([]string{
 		"MAILYARD_DATABASE_URL=" + s.databaseURL,
 		"TEMPORAL_ADDRESS=" + s.temporal,
 		"MAILYARD_ENCRYPTION_KEY=" + testEncryptionKey,
 		"MAILYARD_INTERNAL_TOKEN=e2e-internal-token",
-		"MAILYARD_HTTP_ADDR=" + httpAddr,
+		"MAILYARD_HTTP_ADDR=" + s.httpAddr,
 		"MAILYARD_INTERNAL_ADDR=" + testenv.FreeAddr(t),
 		"MAILYARD_DNS_ADDR=" + s.dnsAddr,
 		"MAILYARD_DNS_RESOLVER=" + s.customer.Addr,
@@ -61,11 +76,16 @@ func startStack(t *testing.T, extraEnv ...string) *stack {
 		t.Fatalf("org create printed no key: %s", out)
 	}
 	s.adminKey = key
+	return s
+}
 
-	testenv.Start(t, s.env, "api")
-	testenv.Start(t, s.env, "worker")
+// startDNS starts `mailyard dns`, waits for the API and the DNS server to
+// listen, and connects the test's Temporal client.
+func (s *stack) startDNS() {
+	t := s.t
+	t.Helper()
 	testenv.Start(t, s.env, "dns")
-	testenv.WaitListening(t, httpAddr, 30*time.Second)
+	testenv.WaitListening(t, s.httpAddr, 30*time.Second)
 	testenv.WaitListening(t, s.dnsAddr, 30*time.Second)
 
 	c, err := client.Dial(client.Options{HostPort: s.temporal})
@@ -74,7 +94,6 @@ func startStack(t *testing.T, extraEnv ...string) *stack {
 	}
 	t.Cleanup(c.Close)
 	s.temporalC = c
-	return s
 }
 
 // run runs a short-lived subcommand to completion.
