@@ -28,35 +28,53 @@ type stack struct {
 	t           *testing.T
 	env         []string
 	apiURL      string
+	httpAddr    string
 	dnsAddr     string
 	temporal    string
 	adminKey    string
 	customer    *testenv.DNSZone
 	temporalC   client.Client
 	databaseURL string
+	// worker is the worker process (nil when the worker runs in the test
+	// process); a test may kill it and start another.
+	worker *testenv.Process
 	// metricsURL is each process's /metrics: the API's internal listener,
 	// and MAILYARD_METRICS_ADDR of worker and dns.
 	metricsURL map[string]string
+	// metricsEnv is the MAILYARD_METRICS_ADDR setting of worker and dns.
+	metricsEnv map[string]string
 }
 
 func startStack(t *testing.T, extraEnv ...string) *stack {
 	t.Helper()
+	s := prepareStack(t, extraEnv...)
+	testenv.Start(t, s.env, "api")
+	s.worker = s.startWorker()
+	s.startDNS()
+	return s
+}
+
+// prepareStack migrates a fresh database and creates an organization with
+// an admin key; the caller starts the api and the worker, then startDNS.
+func prepareStack(t *testing.T, extraEnv ...string) *stack {
+	t.Helper()
 	// Its own Temporal server: the rotation workflows a test leaves running must
 	// not be joined by the next test's domain with the same id.
 	s := &stack{t: t, customer: testenv.StartDNSZone(t), temporal: testenv.OwnTemporal(t), databaseURL: testenv.PostgresURL(t)}
-	httpAddr, internalAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
-	workerMetrics, dnsMetrics := testenv.FreeAddr(t), testenv.FreeAddr(t)
+	s.httpAddr = testenv.FreeAddr(t)
+	internalAddr, workerMetrics, dnsMetrics := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	s.dnsAddr = testenv.FreeAddr(t)
-	s.apiURL = "http://" + httpAddr
+	s.apiURL = "http://" + s.httpAddr
 	s.metricsURL = map[string]string{
 		"api": "http://" + internalAddr + "/metrics", "worker": "http://" + workerMetrics + "/metrics", "dns": "http://" + dnsMetrics + "/metrics",
 	}
+	s.metricsEnv = map[string]string{"worker": "MAILYARD_METRICS_ADDR=" + workerMetrics, "dns": "MAILYARD_METRICS_ADDR=" + dnsMetrics}
 	s.env = append([]string{
 		"MAILYARD_DATABASE_URL=" + s.databaseURL,
 		"TEMPORAL_ADDRESS=" + s.temporal,
 		"MAILYARD_ENCRYPTION_KEY=" + testEncryptionKey,
 		"MAILYARD_INTERNAL_TOKEN=e2e-internal-token",
-		"MAILYARD_HTTP_ADDR=" + httpAddr,
+		"MAILYARD_HTTP_ADDR=" + s.httpAddr,
 		"MAILYARD_INTERNAL_ADDR=" + internalAddr,
 		"MAILYARD_DNS_ADDR=" + s.dnsAddr,
 		"MAILYARD_DNS_RESOLVER=" + s.customer.Addr,
@@ -69,11 +87,16 @@ func startStack(t *testing.T, extraEnv ...string) *stack {
 		t.Fatalf("org create printed no key: %s", out)
 	}
 	s.adminKey = key
+	return s
+}
 
-	testenv.Start(t, s.env, "api")
-	testenv.Start(t, slices.Concat(s.env, []string{"MAILYARD_METRICS_ADDR=" + workerMetrics}), "worker")
-	testenv.Start(t, slices.Concat(s.env, []string{"MAILYARD_METRICS_ADDR=" + dnsMetrics}), "dns")
-	testenv.WaitListening(t, httpAddr, 30*time.Second)
+// startDNS starts `mailyard dns`, waits for the API and the DNS server to
+// listen, and connects the test's Temporal client.
+func (s *stack) startDNS() {
+	t := s.t
+	t.Helper()
+	testenv.Start(t, slices.Concat(s.env, []string{s.metricsEnv["dns"]}), "dns")
+	testenv.WaitListening(t, s.httpAddr, 30*time.Second)
 	testenv.WaitListening(t, s.dnsAddr, 30*time.Second)
 
 	c, err := client.Dial(client.Options{HostPort: s.temporal})
@@ -82,7 +105,11 @@ func startStack(t *testing.T, extraEnv ...string) *stack {
 	}
 	t.Cleanup(c.Close)
 	s.temporalC = c
-	return s
+}
+
+// startWorker starts a `mailyard worker` process with its metrics listener.
+func (s *stack) startWorker() *testenv.Process {
+	return testenv.Start(s.t, slices.Concat(s.env, []string{s.metricsEnv["worker"]}), "worker")
 }
 
 // run runs a short-lived subcommand to completion.
