@@ -94,8 +94,9 @@ lint:
 docs-assets:
 	api/docsui/fetch-assets.sh $(ELEMENTS_VER)
 
+# `make bench ONLY=email` (or api, delivery; comma-separated) runs some of them.
 bench: $(TEMPORAL_CLI) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
-	$(GO) run ./internal/bench
+	$(GO) run ./internal/bench $(if $(ONLY),-only $(ONLY))
 
 clean:
 	rm -rf bin .data

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
+	"go.temporal.io/sdk/activity"
 
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/eventtype"
@@ -168,6 +170,7 @@ func (a *Emails) openKey(k *store.DKIMKey) (crypto.Signer, error) {
 // attempt could not be made or recorded, and Temporal retries it (a
 // recipient whose answer was recorded is not sent to again).
 func (a *Emails) Attempt(ctx context.Context, in email.AttemptInput) (email.AttemptResult, error) {
+	defer keepAlive(ctx)()
 	var out email.AttemptResult
 	e, d, err := a.Store.EmailForDelivery(ctx, in.EmailID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -249,6 +252,41 @@ func recipientOutcome(status string) string {
 	default:
 		return metrics.EmailDeferred
 	}
+}
+
+// keepAlive heartbeats until the returned function is called, at a
+// quarter of the activity's heartbeat timeout: Temporal learns that the
+// worker still runs the attempt, and retries it soon after the worker dies
+// (SIGKILL, lost machine) instead of at the start-to-close timeout. It is
+// the worker's liveness, not the attempt's progress: each SMTP command has
+// its own time-out in the transport.
+func keepAlive(ctx context.Context) (stop func()) {
+	if !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	every := activity.GetInfo(ctx).HeartbeatTimeout / 4
+	if every <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }
 
 // Erase erases the stored message once the retention time is over.

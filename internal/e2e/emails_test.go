@@ -25,14 +25,21 @@ import (
 
 // mxServer is the recipients' mail server: a real SMTP server on loopback.
 // A recipient whose local part starts with "reject" is refused with 550;
-// one starting with "later" gets 451 the first time, then 250. It keeps
-// every message it accepts, by recipient.
+// one starting with "later" gets 451 the first time, then 250; one starting
+// with "defer" gets 451 every time. It keeps every message it accepts, by
+// recipient.
 type mxServer struct {
 	*smtp.Server
 	mu       sync.Mutex
 	rcpts    map[string]int
 	messages map[string][][]byte
 	froms    []string
+	kept     int // messages kept so far
+	// beforeAnswer, when set before the first connection, runs after a
+	// message is kept and before the 250 that acknowledges it, with the
+	// number of messages kept so far: a slow server, or one whose answer
+	// the sender never reads.
+	beforeAnswer func(kept int)
 }
 
 func startMX(t *testing.T) *mxServer {
@@ -74,7 +81,7 @@ func (s *mxSession) Rcpt(to string, _ *smtp.RcptOptions) error {
 	switch {
 	case strings.HasPrefix(to, "reject"):
 		return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "no such mailbox"}
-	case strings.HasPrefix(to, "later") && s.mx.rcpts[to] == 1:
+	case strings.HasPrefix(to, "later") && s.mx.rcpts[to] == 1, strings.HasPrefix(to, "defer"):
 		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 7, 1}, Message: "greylisted, try again later"}
 	}
 	s.to = append(s.to, to)
@@ -87,10 +94,15 @@ func (s *mxSession) Data(r io.Reader) error {
 		return err
 	}
 	s.mx.mu.Lock()
-	defer s.mx.mu.Unlock()
 	s.mx.froms = append(s.mx.froms, s.from)
 	for _, to := range s.to {
 		s.mx.messages[to] = append(s.mx.messages[to], b)
+	}
+	s.mx.kept++
+	kept := s.mx.kept
+	s.mx.mu.Unlock()
+	if s.mx.beforeAnswer != nil {
+		s.mx.beforeAnswer(kept)
 	}
 	return nil
 }

@@ -26,11 +26,11 @@ const testEncryptionKey = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
 // stack is Mailyard running as separate api, worker and dns processes.
 type stack struct {
 	t           *testing.T
-	env         []string // what every process gets; api listeners are added per process
-	apiURL      string   // the first api process
-	apiURLs     []string // every api process's public listener
-	internal    []string // every api process's internal listener (host:port)
-	workers     []*testenv.Process
+	env         []string // what every process gets; the first api's listeners
+	apiURL      string
+	httpAddr    string
+	apiURLs     []string // every api process's public listener (startTopology)
+	internal    []string // every api process's internal listener, host:port
 	dnsAddr     string
 	temporal    string
 	namespace   string
@@ -38,9 +38,23 @@ type stack struct {
 	customer    *testenv.DNSZone
 	temporalC   client.Client
 	databaseURL string
+	// worker is the worker process (nil when the worker runs in the test
+	// process); a test may kill it and start another.
+	worker *testenv.Process
 	// metricsURL is each process's /metrics: the API's internal listener,
 	// and MAILYARD_METRICS_ADDR of worker and dns.
 	metricsURL map[string]string
+	// metricsEnv is the MAILYARD_METRICS_ADDR setting of worker and dns.
+	metricsEnv map[string]string
+}
+
+func startStack(t *testing.T, extraEnv ...string) *stack {
+	t.Helper()
+	s := prepareStack(t, extraEnv...)
+	testenv.Start(t, s.env, "api")
+	s.worker = s.startWorker()
+	s.startDNS()
+	return s
 }
 
 // topology is what startTopology runs.
@@ -49,19 +63,46 @@ type topology struct {
 	// attributes are set up with `mailyard temporal setup`, as an operator
 	// does. Empty: a dev server of the test's own, which has them.
 	temporal  string
-	namespace string // TEMPORAL_NAMESPACE; empty: default
-	apis      int    // api processes, each with its own listeners
-	workers   int
+	namespace string   // TEMPORAL_NAMESPACE; empty: default
+	apis      int      // api processes, each with listeners of its own
+	workers   int      // worker processes, each with a metrics listener of its own
 	env       []string // added to every process's environment
 }
 
-func startStack(t *testing.T, extraEnv ...string) *stack {
-	return startTopology(t, topology{apis: 1, workers: 1, env: extraEnv})
+// startTopology is startStack with apis × api and workers × worker (and one
+// dns); metricsURL names the first of each.
+func startTopology(t *testing.T, top topology) *stack {
+	t.Helper()
+	s := prepareTopology(t, top)
+	testenv.Start(t, s.env, "api")
+	var listeners []string
+	for range top.apis - 1 {
+		httpAddr, internalAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
+		s.apiURLs = append(s.apiURLs, "http://"+httpAddr)
+		s.internal = append(s.internal, internalAddr)
+		listeners = append(listeners, httpAddr, internalAddr)
+		testenv.Start(t, slices.Concat(s.env, []string{"MAILYARD_HTTP_ADDR=" + httpAddr, "MAILYARD_INTERNAL_ADDR=" + internalAddr}), "api")
+	}
+	s.worker = s.startWorker()
+	for range top.workers - 1 {
+		testenv.Start(t, slices.Concat(s.env, []string{"MAILYARD_METRICS_ADDR=" + testenv.FreeAddr(t)}), "worker")
+	}
+	s.startDNS()
+	for _, addr := range listeners {
+		testenv.WaitListening(t, addr, 30*time.Second)
+	}
+	return s
 }
 
-// startTopology migrates a fresh database, creates the organization acme, and
-// starts the processes: apis × api, workers × worker, one dns.
-func startTopology(t *testing.T, top topology) *stack {
+// prepareStack migrates a fresh database and creates an organization with
+// an admin key; the caller starts the api and the worker, then startDNS.
+func prepareStack(t *testing.T, extraEnv ...string) *stack {
+	t.Helper()
+	return prepareTopology(t, topology{env: extraEnv})
+}
+
+// prepareTopology is prepareStack on top's Temporal server and namespace.
+func prepareTopology(t *testing.T, top topology) *stack {
 	t.Helper()
 	cluster := top.temporal != ""
 	if !cluster {
@@ -73,13 +114,23 @@ func startTopology(t *testing.T, top topology) *stack {
 		top.namespace = "default"
 	}
 	s := &stack{t: t, customer: testenv.StartDNSZone(t), temporal: top.temporal, namespace: top.namespace, databaseURL: testenv.PostgresURL(t)}
+	s.httpAddr = testenv.FreeAddr(t)
+	internalAddr, workerMetrics, dnsMetrics := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	s.dnsAddr = testenv.FreeAddr(t)
+	s.apiURL = "http://" + s.httpAddr
+	s.apiURLs, s.internal = []string{s.apiURL}, []string{internalAddr}
+	s.metricsURL = map[string]string{
+		"api": "http://" + internalAddr + "/metrics", "worker": "http://" + workerMetrics + "/metrics", "dns": "http://" + dnsMetrics + "/metrics",
+	}
+	s.metricsEnv = map[string]string{"worker": "MAILYARD_METRICS_ADDR=" + workerMetrics, "dns": "MAILYARD_METRICS_ADDR=" + dnsMetrics}
 	s.env = append([]string{
 		"MAILYARD_DATABASE_URL=" + s.databaseURL,
 		"TEMPORAL_ADDRESS=" + s.temporal,
 		"TEMPORAL_NAMESPACE=" + s.namespace,
 		"MAILYARD_ENCRYPTION_KEY=" + testEncryptionKey,
 		"MAILYARD_INTERNAL_TOKEN=e2e-internal-token",
+		"MAILYARD_HTTP_ADDR=" + s.httpAddr,
+		"MAILYARD_INTERNAL_ADDR=" + internalAddr,
 		"MAILYARD_DNS_ADDR=" + s.dnsAddr,
 		"MAILYARD_DNS_RESOLVER=" + s.customer.Addr,
 	}, top.env...)
@@ -94,33 +145,17 @@ func startTopology(t *testing.T, top topology) *stack {
 		t.Fatalf("org create printed no key: %s", out)
 	}
 	s.adminKey = key
+	return s
+}
 
-	// Every process gets listeners of its own; metricsURL names the first of
-	// each kind (the API serves /metrics on its internal listener).
-	var listeners []string
-	s.metricsURL = map[string]string{}
-	for range top.apis {
-		httpAddr, internalAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
-		s.apiURLs = append(s.apiURLs, "http://"+httpAddr)
-		s.internal = append(s.internal, internalAddr)
-		listeners = append(listeners, httpAddr, internalAddr)
-		testenv.Start(t, slices.Concat(s.env, []string{"MAILYARD_HTTP_ADDR=" + httpAddr, "MAILYARD_INTERNAL_ADDR=" + internalAddr}), "api")
-	}
-	s.apiURL = s.apiURLs[0]
-	s.metricsURL["api"] = "http://" + s.internal[0] + "/metrics"
-	for i := range top.workers {
-		metrics := testenv.FreeAddr(t)
-		if i == 0 {
-			s.metricsURL["worker"] = "http://" + metrics + "/metrics"
-		}
-		s.workers = append(s.workers, testenv.Start(t, slices.Concat(s.env, []string{"MAILYARD_METRICS_ADDR=" + metrics}), "worker"))
-	}
-	dnsMetrics := testenv.FreeAddr(t)
-	s.metricsURL["dns"] = "http://" + dnsMetrics + "/metrics"
-	testenv.Start(t, slices.Concat(s.env, []string{"MAILYARD_METRICS_ADDR=" + dnsMetrics}), "dns")
-	for _, addr := range append(listeners, s.dnsAddr) {
-		testenv.WaitListening(t, addr, 30*time.Second)
-	}
+// startDNS starts `mailyard dns`, waits for the API and the DNS server to
+// listen, and connects the test's Temporal client.
+func (s *stack) startDNS() {
+	t := s.t
+	t.Helper()
+	testenv.Start(t, slices.Concat(s.env, []string{s.metricsEnv["dns"]}), "dns")
+	testenv.WaitListening(t, s.httpAddr, 30*time.Second)
+	testenv.WaitListening(t, s.dnsAddr, 30*time.Second)
 
 	c, err := client.Dial(client.Options{HostPort: s.temporal, Namespace: s.namespace})
 	if err != nil {
@@ -128,7 +163,11 @@ func startTopology(t *testing.T, top topology) *stack {
 	}
 	t.Cleanup(c.Close)
 	s.temporalC = c
-	return s
+}
+
+// startWorker starts a `mailyard worker` process with its metrics listener.
+func (s *stack) startWorker() *testenv.Process {
+	return testenv.Start(s.t, slices.Concat(s.env, []string{s.metricsEnv["worker"]}), "worker")
 }
 
 // on is the stack seen through its i-th api process: call goes there.

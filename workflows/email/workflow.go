@@ -32,9 +32,12 @@ const AttemptTimeout = 15 * time.Minute
 
 // attemptOptions bound one SMTP attempt: a transaction per recipient
 // domain, each command limited by the transport (docs/sending.md), for up to
-// 50 recipients.
+// 50 recipients. The attempt heartbeats while it runs, so an attempt whose
+// worker died is made again after the heartbeat timeout, not after the
+// quarter of an hour a long attempt may legitimately take.
 var attemptOptions = workflow.ActivityOptions{
 	StartToCloseTimeout: AttemptTimeout,
+	HeartbeatTimeout:    30 * time.Second,
 	RetryPolicy:         infrastructureRetry,
 }
 

@@ -1,0 +1,269 @@
+package email_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-smtp"
+	"github.com/google/uuid"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/mailyard/mailyard/activities"
+	"github.com/mailyard/mailyard/internal/deliveryruns"
+	"github.com/mailyard/mailyard/internal/dnscheck"
+	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/mailmsg"
+	"github.com/mailyard/mailyard/internal/secrets"
+	"github.com/mailyard/mailyard/internal/smtpsend"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/testenv"
+	"github.com/mailyard/mailyard/worker"
+	"github.com/mailyard/mailyard/workflows/email"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// mx is the recipients' mail server: a real SMTP server on loopback. A
+// recipient whose local part starts with "reject" is refused (550), "later"
+// is deferred (451) the first time, "defer" every time; the others are
+// accepted.
+type mx struct {
+	mu    sync.Mutex
+	rcpts map[string]int
+}
+
+func (m *mx) NewSession(*smtp.Conn) (smtp.Session, error) { return &mxSession{mx: m}, nil }
+
+type mxSession struct{ mx *mx }
+
+func (s *mxSession) Mail(string, *smtp.MailOptions) error { return nil }
+func (s *mxSession) Rcpt(to string, _ *smtp.RcptOptions) error {
+	s.mx.mu.Lock()
+	defer s.mx.mu.Unlock()
+	s.mx.rcpts[to]++
+	switch {
+	case strings.HasPrefix(to, "reject"):
+		return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "no such mailbox"}
+	case strings.HasPrefix(to, "later") && s.mx.rcpts[to] == 1, strings.HasPrefix(to, "defer"):
+		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 7, 1}, Message: "try again later"}
+	}
+	return nil
+}
+func (s *mxSession) Data(r io.Reader) error { _, err := io.Copy(io.Discard, r); return err }
+func (s *mxSession) Reset()                 {}
+func (s *mxSession) Logout() error          { return nil }
+
+// TestRecordHistories runs each scenario on the dev server with the real
+// activities, PostgreSQL, DNS and an SMTP server, and writes its history
+// into testdata/ for the replay tests. It runs only when asked to
+// (MAILYARD_RECORD_HISTORIES=1), after a deliberate, versioned change.
+func TestRecordHistories(t *testing.T) {
+	if os.Getenv("MAILYARD_RECORD_HISTORIES") != "1" {
+		t.Skip("set MAILYARD_RECORD_HISTORIES=1 to record replay histories")
+	}
+	ctx := context.Background()
+	st := testenv.OpenStore(t, testenv.PostgresURL(t))
+	box, _ := secrets.New(make([]byte, 32))
+
+	server := smtp.NewServer(&mx{rcpts: map[string]int{}})
+	server.Domain = "mx.rcpt.example"
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = server.Serve(l) }()
+	defer server.Close()
+	zone := testenv.StartDNSZone(t)
+	zone.Add(t, "rcpt.example. 60 IN MX 10 mx.rcpt.example.")
+	zone.Add(t, "mx.rcpt.example. 60 IN A 127.0.0.1")
+	resolver, err := dnscheck.New(zone.Addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sender, err := smtpsend.New(smtpsend.Config{Mode: smtpsend.ModeMX, Port: l.Addr().(*net.TCPAddr).Port,
+		HELO: "mailyard.record.example", AllowPrivateNetworks: true, Resolver: resolver})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tc, err := client.Dial(client.Options{HostPort: testenv.Temporal(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	w := sdkworker.New(tc, email.TaskQueue, sdkworker.Options{})
+	worker.RegisterEmails(w, &activities.Emails{Store: st, Box: box, Sender: sender, Runs: &deliveryruns.Runs{Temporal: tc}})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	org, err := st.CreateOrganizationWithKey(ctx, "acme", &store.APIKey{Label: "b", Username: "b", Prefix: "p", Digest: []byte("d"), Permissions: store.Permissions{"admin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	domain := verifiedDomain(t, st, box, org.ID, "shop.example")
+	if err := store.Suppress(ctx, st.DB, org.ID, "gone@rcpt.example", store.SuppressionHardBounce); err != nil {
+		t.Fatal(err)
+	}
+
+	short := []time.Duration{0, time.Second, time.Second}
+	scenarios := []struct {
+		name     string
+		to       []string
+		schedule []time.Duration
+		noEmail  bool
+		during   func()
+		want     email.Result
+	}{
+		{name: "delivered", to: []string{"ada@rcpt.example", "bob@rcpt.example"}, schedule: short, want: email.Result{Status: email.StatusSent, Attempts: 1}},
+		{name: "deferred-then-delivered", to: []string{"later@rcpt.example", "cy@rcpt.example"}, schedule: short, want: email.Result{Status: email.StatusSent, Attempts: 2}},
+		{name: "hard-bounce", to: []string{"reject@rcpt.example"}, schedule: short, want: email.Result{Status: email.StatusSent, Attempts: 1}},
+		{name: "soft-bounce-after-last-attempt", to: []string{"defer@rcpt.example"}, schedule: []time.Duration{0, time.Second}, want: email.Result{Status: email.StatusSent, Attempts: 2}},
+		{name: "all-suppressed", to: []string{"gone@rcpt.example"}, schedule: short, want: email.Result{Status: email.StatusSent, Attempts: 0}},
+		// The production schedule in the input; everything is delivered
+		// by the first attempt, so the run ends at once.
+		{name: "production-schedule", to: []string{"dee@rcpt.example"}, schedule: email.DefaultSchedule, want: email.Result{Status: email.StatusSent, Attempts: 1}},
+		// The API removed the email after it could not confirm the start.
+		{name: "gone", noEmail: true, schedule: short, want: email.Result{Status: email.StatusGone}},
+		// Last: the domain is deleted between the first attempt and the
+		// second, which bounces the recipient without sending.
+		{name: "domain-deleted", to: []string{"defer2@rcpt.example"}, schedule: []time.Duration{0, 3 * time.Second, 3 * time.Second},
+			during: func() {
+				time.Sleep(time.Second)
+				if _, err := st.DeleteDomainForCustomer(ctx, org.ID, domain); err != nil {
+					t.Error(err)
+				}
+			},
+			want: email.Result{Status: email.StatusSent, Attempts: 2}},
+	}
+	for _, sc := range scenarios {
+		id := uuid.Must(uuid.NewV7()).String()
+		const subject = "Invoice 42 for you"
+		if !sc.noEmail {
+			newEmail(t, st, org.ID, domain, id, subject, sc.to)
+		}
+		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: email.WorkflowID(id), TaskQueue: email.TaskQueue},
+			email.WorkflowName, email.Input{EmailID: id, Schedule: sc.schedule, Retention: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc.during != nil {
+			sc.during()
+		}
+		var res email.Result
+		if err := run.Get(ctx, &res); err != nil {
+			t.Fatalf("%s: %v", sc.name, err)
+		}
+		if res != sc.want {
+			t.Fatalf("%s: result %+v, want %+v", sc.name, res, sc.want)
+		}
+		raw := history(t, tc, run)
+		// The history holds ids and counts, never an address or the
+		// subject; payloads are base64 in the JSON.
+		decoded := bytes.Clone(raw)
+		for _, m := range payloadData.FindAllSubmatch(raw, -1) {
+			b, err := base64.StdEncoding.DecodeString(string(m[1]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			decoded = append(decoded, b...)
+		}
+		for _, secret := range []string{"rcpt.example", "billing", subject} {
+			if bytes.Contains(decoded, []byte(secret)) {
+				t.Fatalf("%s: the history shows %q", sc.name, secret)
+			}
+		}
+		path := filepath.Join("testdata", fmt.Sprintf("email-delivery-v1-%s.json", sc.name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// payloadData finds the payloads' data in a history's JSON.
+var payloadData = regexp.MustCompile(`"data": "([A-Za-z0-9+/=]*)"`)
+
+// verifiedDomain stores a verified domain with an active DKIM key, as
+// onboarding leaves it.
+func verifiedDomain(t *testing.T, st *store.Store, box *secrets.Box, orgID int64, name string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	token, err := keys.RandomString(32, keys.LowerAlnum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &store.Domain{OrganizationID: orgID, Domain: name, MailFromSubdomain: "mail." + name, DKIMToken: token, Status: store.DomainVerified}
+	if err := st.CreateDomain(ctx, d, nil); err != nil {
+		t.Fatal(err)
+	}
+	k, err := keys.NewDKIMKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	selector := token + "-1"
+	sealed, err := box.Seal(k.PrivatePKCS8, store.DKIMKeyBinding(selector, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.InsertDKIMKeyIfAbsent(ctx, &store.DKIMKey{Selector: selector, DomainID: d.ID, Position: 1, Generation: 1,
+		State: store.DKIMActive, Bits: keys.DKIMKeyBits, PrivateKeyEnc: sealed, PublicKey: k.PublicBase64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.ID
+}
+
+// newEmail stores an email as the API does before it starts the workflow.
+func newEmail(t *testing.T, st *store.Store, orgID, domainID int64, id, subject string, to []string) {
+	t.Helper()
+	msg, problems := mailmsg.Validate(mailmsg.Request{From: "billing@shop.example", To: to, Subject: subject, Text: "Thank you."}, "shop.example")
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	content, err := json.Marshal(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &store.Email{ID: id, OrganizationID: orgID, DomainID: domainID, FromAddress: msg.From.Address, To: to, Subject: subject, Content: content}
+	if err := st.CreateEmail(context.Background(), e, msg.Recipients()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// history is a run's history in the JSON the replayer reads.
+func history(t *testing.T, tc client.Client, run client.WorkflowRun) []byte {
+	t.Helper()
+	var h historypb.History
+	it := tc.GetWorkflowHistory(context.Background(), run.GetID(), run.GetRunID(), false, 0)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Events = append(h.Events, ev)
+	}
+	raw, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
