@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -110,5 +111,33 @@ func setupTemporal(ctx context.Context, c client.Client, namespace string, say f
 	for name := range missing {
 		say("search attribute %s added (Int)", name)
 	}
-	return nil
+	return waitAttributesUsable(ctx, c, namespace)
+}
+
+// waitAttributesUsable waits until a query on every attribute is accepted. On
+// a real cluster, added attributes reach the frontend's namespace cache a few
+// seconds after AddSearchAttributes returns, and until then a workflow start
+// that carries them is refused ("no mapping defined for search attribute"):
+// processes started right after setup would fail their first starts.
+func waitAttributesUsable(ctx context.Context, c client.Client, namespace string) error {
+	var terms []string
+	for _, name := range searchattr.Names() {
+		terms = append(terms, name+" = 0")
+	}
+	query := strings.Join(terms, " AND ")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: namespace, Query: query})
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the search attributes of %s are not usable a minute after they were added: %w", namespace, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
