@@ -69,8 +69,9 @@ lint:
 docs-assets:
 	api/docsui/fetch-assets.sh $(ELEMENTS_VER)
 
+# `make bench ONLY=email` (or api, delivery; comma-separated) runs some of them.
 bench: $(TEMPORAL_CLI)
-	$(GO) run ./internal/bench
+	$(GO) run ./internal/bench $(if $(ONLY),-only $(ONLY))
 
 clean:
 	rm -rf bin .data

@@ -33,7 +33,7 @@ type Domains struct {
 
 // RotationStarter starts (or joins) a domain's DKIM rotation workflow.
 type RotationStarter interface {
-	StartRotation(ctx context.Context, domainID int64) error
+	StartRotation(ctx context.Context, orgID, domainID int64) error
 }
 
 // Selector is the DKIM selector of a domain's key at position 1 or 2.
@@ -145,5 +145,5 @@ func (a *Domains) DomainVerified(ctx context.Context, domainID int64) error {
 	if err := a.announce(ctx, d, eventtype.DomainVerified, fmt.Sprintf("domain.verified:%d", d.ID), ""); err != nil {
 		return err
 	}
-	return a.Rotations.StartRotation(ctx, d.ID)
+	return a.Rotations.StartRotation(ctx, d.OrganizationID, d.ID)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/mailmsg"
+	"github.com/mailyard/mailyard/internal/metrics"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/smtpsend"
 	"github.com/mailyard/mailyard/internal/store"
@@ -32,7 +33,17 @@ type Emails struct {
 	Sender *smtpsend.Sender
 	// Runs starts the webhook deliveries of the outcome events.
 	Runs *deliveryruns.Runs
+	// SendLimit bounds the SMTP part of one attempt (default
+	// DefaultSendLimit); it must end well before the attempt's own time
+	// limit in the workflow, so that recipients whose servers did not answer
+	// in time are recorded as deferred and the schedule goes on, instead of
+	// the whole attempt timing out and being retried with nothing recorded.
+	SendLimit time.Duration
 }
+
+// DefaultSendLimit is the SMTP budget of one attempt: the email workflow
+// gives an attempt 15 minutes in all.
+const DefaultSendLimit = 10 * time.Minute
 
 // Bounce types of the bounced event (docs/sending.md).
 const (
@@ -184,12 +195,20 @@ func (a *Emails) Attempt(ctx context.Context, in email.AttemptInput) (email.Atte
 	for i, r := range pending {
 		addrs[i] = r.Address
 	}
-	results := a.Sender.Send(ctx, envelopeSender(e.ID, d.MailFromSubdomain), addrs, e.SignedMessage)
+	limit := a.SendLimit
+	if limit <= 0 {
+		limit = DefaultSendLimit
+	}
+	sendCtx, cancel := context.WithTimeout(ctx, limit)
+	started := time.Now()
+	results := a.Sender.Send(sendCtx, envelopeSender(e.ID, d.MailFromSubdomain), addrs, e.SignedMessage)
+	cancel()
 	if err := ctx.Err(); err != nil {
 		// The worker is stopping: nothing is recorded, and the retried
 		// attempt sends again (the same bytes and Message-ID).
 		return out, err
 	}
+	metrics.ObserveEmailAttempt(time.Since(started))
 	for i, res := range results {
 		r := pending[i]
 		code := res.Code
@@ -217,8 +236,22 @@ func (a *Emails) Attempt(ctx context.Context, in email.AttemptInput) (email.Atte
 		if _, err := a.Store.ChangeRecipient(ctx, e.ID, change, effects); err != nil {
 			return out, err
 		}
+		metrics.CountEmailRecipient(recipientOutcome(change.Status))
 	}
 	return out, a.settle(ctx, e.ID)
+}
+
+// recipientOutcome is the metrics label of a recipient's status after an
+// attempt.
+func recipientOutcome(status string) string {
+	switch status {
+	case store.RecipientDelivered:
+		return metrics.EmailDelivered
+	case store.RecipientBounced:
+		return metrics.EmailBounced
+	default:
+		return metrics.EmailDeferred
+	}
 }
 
 // keepAlive heartbeats until the returned function is called, at a

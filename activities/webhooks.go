@@ -9,6 +9,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/mailyard/mailyard/internal/metrics"
 	"github.com/mailyard/mailyard/internal/platformevents"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
@@ -80,6 +81,7 @@ func (a *Webhooks) Attempt(ctx context.Context, in delivery.AttemptInput) (deliv
 		// report to the customer, and Temporal decides whether to retry.
 		return delivery.AttemptResult{}, err
 	}
+	metrics.ObserveWebhookAttempt(out.Verdict.String(), out.Duration)
 	result, effect := judge(out, in.Final)
 	if in.Final && a.DisableAfter > 0 && result.Verdict == delivery.Retry {
 		effect.DisableIfUnhealthySince = started.Add(-a.DisableAfter)

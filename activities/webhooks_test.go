@@ -156,3 +156,35 @@ func TestAttemptWithUnreadableSecretIsNonRetryable(t *testing.T) {
 		t.Fatalf("error %q, %d requests, status %s", err, f.received.Load(), f.deliveryStatus(t, id))
 	}
 }
+
+// Each POST is counted by the verdict of its answer, with its duration;
+// attempts that send nothing (a finished delivery) are not.
+func TestAttemptMetrics(t *testing.T) {
+	f := newDeliveryFixture(t)
+	ctx := context.Background()
+	series := func(outcome string) []string {
+		return []string{
+			`mailyard_webhook_attempts_total{outcome="` + outcome + `"}`,
+			`mailyard_webhook_attempt_duration_seconds_count{outcome="` + outcome + `"}`,
+		}
+	}
+	before := testenv.ScrapeProcess(t)
+	ok := f.newDelivery(t)
+	f.a.Attempt(ctx, delivery.AttemptInput{DeliveryID: ok, Attempt: 1})
+	f.a.Attempt(ctx, delivery.AttemptInput{DeliveryID: ok, Attempt: 1}) // already finished
+	f.answer.Store(http.StatusServiceUnavailable)
+	f.a.Attempt(ctx, delivery.AttemptInput{DeliveryID: f.newDelivery(t), Attempt: 1})
+	f.answer.Store(http.StatusGone)
+	f.a.Attempt(ctx, delivery.AttemptInput{DeliveryID: f.newDelivery(t), Attempt: 1})
+	after := testenv.ScrapeProcess(t)
+	for _, outcome := range []string{"success", "retryable", "gone"} {
+		for _, s := range series(outcome) {
+			if got := testenv.Sample(t, after, s) - testenv.Sample(t, before, s); got != 1 {
+				t.Errorf("%s went up by %v, want 1", s, got)
+			}
+		}
+	}
+	if f.received.Load() != 3 {
+		t.Fatalf("the receiver got %d requests, want 3", f.received.Load())
+	}
+}

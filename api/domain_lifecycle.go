@@ -158,7 +158,7 @@ func (s *Server) deleteDomain(ctx context.Context, in *DomainIDInput) (*Response
 	// From here the domain is gone for the customer. What follows is repeated
 	// by a retried DELETE until it has all happened (the domain stays
 	// "deleting" until then).
-	if err := s.lifecycle.Delete(ctx, d.ID); err != nil {
+	if err := s.lifecycle.Delete(ctx, d.OrganizationID, d.ID); err != nil {
 		return nil, err
 	}
 	if err := s.store.ConfirmDomainDeleted(ctx, d.ID); err != nil {
@@ -178,7 +178,7 @@ func (s *Server) rotateDKIM(ctx context.Context, in *DomainIDInput) (*Response[R
 	case d.RotationInProgress():
 		return nil, store.ErrRotationInProgress
 	}
-	st, err := s.lifecycle.Rotate(ctx, d.ID)
+	st, err := s.lifecycle.Rotate(ctx, d.OrganizationID, d.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +196,7 @@ func (s *Server) updateDKIMSettings(ctx context.Context, in *UpdateDKIMInput) (*
 	}
 	if d.Status == store.DomainVerified {
 		// The rotation workflow re-arms its timer with the new settings.
-		if err := s.lifecycle.SettingsChanged(ctx, d.ID); err != nil {
+		if err := s.lifecycle.SettingsChanged(ctx, d.OrganizationID, d.ID); err != nil {
 			return nil, err
 		}
 	}

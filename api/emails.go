@@ -14,6 +14,7 @@ import (
 
 	"github.com/mailyard/mailyard/internal/apperr"
 	"github.com/mailyard/mailyard/internal/mailmsg"
+	"github.com/mailyard/mailyard/internal/searchattr"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/workflows/email"
 )
@@ -216,7 +217,7 @@ func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[Q
 	if err := s.store.CreateEmail(ctx, e, msg.Recipients()); err != nil {
 		return nil, err
 	}
-	if err := s.startEmail(ctx, e.ID); err != nil {
+	if err := s.startEmail(ctx, e); err != nil {
 		s.logger.WarnContext(ctx, "email stored but its workflow did not start; removing it", "request_id", RequestID(ctx), "email_id", e.ID, "error", err)
 		// Nothing has been sent or counted yet: removing the email leaves
 		// no trace, and the client can send the same request again.
@@ -230,18 +231,20 @@ func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[Q
 
 // startEmail starts the email's workflow with the schedule and retention in
 // force now, so that changing a default never changes an email on its way.
-func (s *Server) startEmail(ctx context.Context, emailID string) error {
+func (s *Server) startEmail(ctx context.Context, e *store.Email) error {
 	schedule := s.emailSchedule
 	if len(schedule) == 0 {
 		schedule = email.DefaultSchedule
 	}
+	owner := searchattr.Owner{OrganizationID: e.OrganizationID, DomainID: e.DomainID}
 	opts := client.StartWorkflowOptions{
-		ID: email.WorkflowID(emailID), TaskQueue: email.TaskQueue,
+		ID: email.WorkflowID(e.ID), TaskQueue: email.TaskQueue,
+		TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("email " + e.ID),
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}
 	_, err := s.temporal.ExecuteWorkflow(ctx, opts, email.WorkflowName,
-		email.Input{EmailID: emailID, Schedule: schedule, Retention: s.cfg.EmailRetention})
+		email.Input{EmailID: e.ID, Schedule: schedule, Retention: s.cfg.EmailRetention})
 	return err
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/domainname"
 	"github.com/mailyard/mailyard/internal/eventtype"
+	"github.com/mailyard/mailyard/internal/metrics"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/webhook"
 )
@@ -40,16 +41,24 @@ type IngestEventData struct {
 // IngestEventResponse answers 202: the deliveries are stored and scheduled.
 type IngestEventResponse = Response[IngestEventData]
 
-// InternalHandler is the internal listener's handler (event ingest), with the
+// InternalHandler is the internal listener's handler: event ingest, with the
 // same envelope and error model as the public API and its own bearer token,
-// MAILYARD_INTERNAL_TOKEN. Call it once per listener.
+// MAILYARD_INTERNAL_TOKEN, and the process's Prometheus metrics at GET
+// /metrics. Call it once per listener.
+//
+// /metrics needs no token: the listener is internal (deploy/README.md), the
+// metrics hold no ids, addresses or names, and scrapers are configured far
+// more easily without one.
 func (s *Server) InternalHandler() http.Handler {
 	mux := http.NewServeMux()
+	// Outside withMetrics: scrapes are not API traffic.
+	outer := http.NewServeMux()
+	outer.Handle("GET /metrics", metrics.Handler())
 	cfg := humaConfig("Mailyard internal", "Event ingest from the sending pipeline.", "MAILYARD_INTERNAL_TOKEN")
 	cfg.DocsPath = ""
 	cfg.OpenAPIPath = "/internal/openapi"
 	internal := humago.New(mux, cfg)
-	internal.UseMiddleware(s.requireInternalToken(internal))
+	internal.UseMiddleware(recordOperation, s.requireInternalToken(internal))
 	huma.Register(internal, huma.Operation{
 		OperationID: "ingest-event", Method: http.MethodPost, Path: "/internal/v1/events", DefaultStatus: http.StatusAccepted,
 		Summary:      "Ingest email event",
@@ -62,7 +71,8 @@ func (s *Server) InternalHandler() http.Handler {
 		out, err := s.ingestEvent(ctx, in)
 		return out, convertError(ctx, err)
 	})
-	return withRequestID(s.logger, withEnvelopedFallbacks(mux))
+	outer.Handle("/", withMetrics(withRequestID(s.logger, withEnvelopedFallbacks(mux))))
+	return outer
 }
 
 // requireInternalToken is the internal API's authentication: one shared token,

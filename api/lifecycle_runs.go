@@ -34,7 +34,7 @@ func (l *domainLifecycle) rotationInput(domainID int64) rotation.Input {
 
 // Delete asks the domain's onboarding and rotation workflows to stop and starts
 // its deletion workflow. Every part is safe to repeat.
-func (l *domainLifecycle) Delete(ctx context.Context, domainID int64) error {
+func (l *domainLifecycle) Delete(ctx context.Context, orgID, domainID int64) error {
 	for _, id := range []string{onboarding.WorkflowID(domainID), rotation.WorkflowID(domainID)} {
 		err := l.temporal.CancelWorkflow(ctx, id, "")
 		var notFound *serviceerror.NotFound
@@ -42,7 +42,7 @@ func (l *domainLifecycle) Delete(ctx context.Context, domainID int64) error {
 			return err
 		}
 	}
-	_, err := l.temporal.ExecuteWorkflow(ctx, deletion.StartOptions(domainID), deletion.WorkflowName,
+	_, err := l.temporal.ExecuteWorkflow(ctx, deletion.StartOptions(orgID, domainID), deletion.WorkflowName,
 		deletion.Input{DomainID: domainID, Retain: l.retain})
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
@@ -55,11 +55,11 @@ func (l *domainLifecycle) Delete(ctx context.Context, domainID int64) error {
 // rotate now, and answers once the rotation has begun. If the workflow accepted
 // the request but has not begun within the budget, the answer is built from the
 // database: the rotation goes on either way.
-func (l *domainLifecycle) Rotate(ctx context.Context, domainID int64) (RotationStarted, error) {
+func (l *domainLifecycle) Rotate(ctx context.Context, orgID, domainID int64) (RotationStarted, error) {
 	ctx, cancel := context.WithTimeout(ctx, rotateBudget)
 	defer cancel()
 	handle, err := l.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: l.temporal.NewWithStartWorkflowOperation(rotation.StartOptions(domainID), rotation.WorkflowName, l.rotationInput(domainID)),
+		StartWorkflowOperation: l.temporal.NewWithStartWorkflowOperation(rotation.StartOptions(orgID, domainID), rotation.WorkflowName, l.rotationInput(domainID)),
 		UpdateOptions: client.UpdateWorkflowOptions{
 			WorkflowID:   rotation.WorkflowID(domainID),
 			UpdateName:   rotation.RotateUpdate,
@@ -94,8 +94,8 @@ func (l *domainLifecycle) rotationFromStore(ctx context.Context, domainID int64)
 
 // SettingsChanged tells the domain's rotation workflow (started if it is not
 // running: a domain verified before rotation existed) to re-read its settings.
-func (l *domainLifecycle) SettingsChanged(ctx context.Context, domainID int64) error {
+func (l *domainLifecycle) SettingsChanged(ctx context.Context, orgID, domainID int64) error {
 	_, err := l.temporal.SignalWithStartWorkflow(ctx, rotation.WorkflowID(domainID), rotation.SettingsSignal, nil,
-		rotation.StartOptions(domainID), rotation.WorkflowName, l.rotationInput(domainID))
+		rotation.StartOptions(orgID, domainID), rotation.WorkflowName, l.rotationInput(domainID))
 	return err
 }

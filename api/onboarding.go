@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -11,6 +12,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/searchattr"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/verification"
 	"github.com/mailyard/mailyard/workflows/onboarding"
@@ -29,10 +31,13 @@ type onboardingRuns struct {
 	logger   *slog.Logger
 }
 
-func (o *onboardingRuns) startOptions(domainID int64) client.StartWorkflowOptions {
+func (o *onboardingRuns) startOptions(d *store.Domain) client.StartWorkflowOptions {
+	owner := searchattr.Owner{OrganizationID: d.OrganizationID, DomainID: d.ID}
 	return client.StartWorkflowOptions{
-		ID:        onboarding.WorkflowID(domainID),
-		TaskQueue: onboarding.TaskQueue,
+		ID:                    onboarding.WorkflowID(d.ID),
+		TaskQueue:             onboarding.TaskQueue,
+		TypedSearchAttributes: owner.Attributes(),
+		StaticSummary:         owner.Summary("onboarding of domain " + strconv.FormatInt(d.ID, 10)),
 		// One run at a time per domain; a new run may follow a closed one (a new
 		// verification window).
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
@@ -41,8 +46,13 @@ func (o *onboardingRuns) startOptions(domainID int64) client.StartWorkflowOption
 }
 
 // onboardingSchedule turns the configured verification schedule into the
-// workflow's own type; empty stays empty (the workflow's default).
+// workflow's own type; empty is the workflow's default, written out: every
+// run carries its schedule in its input, so that changing the default never
+// changes a run already on its way.
 func onboardingSchedule(steps []config.ScheduleStep) []onboarding.Step {
+	if len(steps) == 0 {
+		return onboarding.DefaultSchedule
+	}
 	var out []onboarding.Step
 	for _, s := range steps {
 		out = append(out, onboarding.Step{Every: s.Every, Until: s.Until})
@@ -56,7 +66,7 @@ func (o *onboardingRuns) input(d *store.Domain) onboarding.Input {
 
 // Start begins onboarding a new domain.
 func (o *onboardingRuns) Start(ctx context.Context, d *store.Domain) error {
-	_, err := o.temporal.ExecuteWorkflow(ctx, o.startOptions(d.ID), onboarding.WorkflowName, o.input(d))
+	_, err := o.temporal.ExecuteWorkflow(ctx, o.startOptions(d), onboarding.WorkflowName, o.input(d))
 	return err
 }
 
@@ -80,7 +90,7 @@ func (o *onboardingRuns) Verify(ctx context.Context, d *store.Domain) error {
 	ctx, cancel := context.WithTimeout(ctx, verifyBudget)
 	defer cancel()
 	handle, err := o.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: o.temporal.NewWithStartWorkflowOperation(o.startOptions(d.ID), onboarding.WorkflowName, o.input(d)),
+		StartWorkflowOperation: o.temporal.NewWithStartWorkflowOperation(o.startOptions(d), onboarding.WorkflowName, o.input(d)),
 		UpdateOptions: client.UpdateWorkflowOptions{
 			WorkflowID:   onboarding.WorkflowID(d.ID),
 			UpdateName:   onboarding.VerifyUpdate,

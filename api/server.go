@@ -85,7 +85,7 @@ func New(d Deps) *Server {
 	if s.idempotencyWait <= 0 {
 		s.idempotencyWait = defaultIdempotencyWait
 	}
-	s.deliveries = &deliveryruns.Runs{Temporal: d.Temporal, Schedule: d.DeliverySchedule, Logger: d.Logger}
+	s.deliveries = &deliveryruns.Runs{Temporal: d.Temporal, Store: d.Store, Schedule: d.DeliverySchedule, Logger: d.Logger}
 	s.platform = &platformevents.Emitter{Store: d.Store, Runs: s.deliveries}
 	s.lifecycle = &domainLifecycle{temporal: d.Temporal, store: d.Store, retain: d.Config.DKIMRetain, recheckEvery: d.Config.DKIMRecheck}
 	s.onboarding = &onboardingRuns{temporal: d.Temporal, store: d.Store, verifier: d.Verifier, schedule: onboardingSchedule(d.Config.VerifySchedule), logger: d.Logger}
@@ -93,7 +93,7 @@ func New(d Deps) *Server {
 	mux := http.NewServeMux()
 	s.api = humago.New(mux, humaConfig("Mailyard", "Management API for sending domains, API credentials and webhooks.",
 		"An API key: `Authorization: Bearer myk_...`. Each operation's security requirement lists the permissions that admit a key to it; any one suffices."))
-	s.api.UseMiddleware(s.authenticate, s.idempotency)
+	s.api.UseMiddleware(recordOperation, s.authenticate, s.idempotency)
 	s.registerHealth()
 	s.registerDomains()
 	s.registerDomainLifecycle()
@@ -106,7 +106,7 @@ func New(d Deps) *Server {
 	// The reference UI from the binary (Huma's own /docs loads it from a CDN).
 	docsui.Register(mux, docsui.Options{Path: "/docs", Title: "Mailyard API Reference", OpenAPIURL: "/openapi.json"})
 
-	s.handler = withRequestID(d.Logger, withEnvelopedFallbacks(mux))
+	s.handler = withMetrics(withRequestID(d.Logger, withEnvelopedFallbacks(mux)))
 	return s
 }
 

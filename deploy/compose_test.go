@@ -11,8 +11,11 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/mailyard/mailyard/worker"
 )
 
 // composeFile holds the parts of the Compose format that compose.yaml uses.
@@ -33,6 +36,8 @@ type composeService struct {
 	Ports       []string          `yaml:"ports"`
 	Volumes     []string          `yaml:"volumes"`
 	DependsOn   dependsOn         `yaml:"depends_on"`
+	// StopGracePeriod is a Compose duration such as "16m" or "1m30s".
+	StopGracePeriod string `yaml:"stop_grace_period"`
 }
 
 type composeBuild struct {
@@ -153,6 +158,16 @@ func checkCompose(data []byte) []error {
 			continue
 		}
 		process := s.Command[0]
+		if process == "worker" {
+			// Compose sends SIGKILL 10 s after SIGTERM unless told otherwise.
+			grace, err := time.ParseDuration(s.StopGracePeriod)
+			if s.StopGracePeriod == "" {
+				grace, err = 10*time.Second, nil
+			}
+			if err != nil || grace <= worker.StopTimeout {
+				errs = append(errs, fmt.Errorf("%s: stop_grace_period %q is not longer than mailyard worker may take to stop, %s (worker.StopTimeout)", where, s.StopGracePeriod, worker.StopTimeout))
+			}
+		}
 		if (process == "api" || process == "worker" || process == "dns") && s.DependsOn["migrate"] != "service_completed_successfully" {
 			errs = append(errs, fmt.Errorf("%s: must wait for migrate to complete (depends_on condition service_completed_successfully): it refuses a schema that is behind", where))
 		}
@@ -215,6 +230,7 @@ func TestComposeChecksCatchMistakes(t *testing.T) {
 		"bad value":        {"MAILYARD_HTTP_ADDR: 0.0.0.0:8080", "MAILYARD_HTTP_ADDR: 8080", "MAILYARD_HTTP_ADDR: \"8080\" is not a host:port"},
 		"missing service":  {"  worker:\n", "  workers:\n", "no worker service"},
 		"wrong host":       {"@postgres:5432/", "@db:5432/", `the database host "db" is not a service`},
+		"short grace":      {"stop_grace_period: 16m", "stop_grace_period: 1m", `stop_grace_period "1m" is not longer than`},
 	} {
 		if !strings.Contains(good, c.old) {
 			t.Fatalf("%s: %q is not in compose.yaml any more; update this test", name, c.old)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -21,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/mailyard/mailyard/worker"
 )
 
 // strictDecoder decodes the API kinds the manifests use with the Kubernetes types
@@ -100,6 +103,7 @@ func checkKubernetes(objs []runtime.Object) []error {
 				errs = append(errs, fmt.Errorf("%s: the selector %v does not select its own pods %v", where, o.Spec.Selector, o.Spec.Template.Labels))
 			}
 			workloads = append(workloads, workload{where, o.Spec.Template.Labels, o.Spec.Template.Spec})
+			errs = append(errs, checkGracePeriod(where, o.Spec.Template.Spec)...)
 		case *batchv1.Job:
 			workloads = append(workloads, workload{"Job " + o.Name, o.Spec.Template.Labels, o.Spec.Template.Spec})
 		case *corev1.Service:
@@ -173,6 +177,9 @@ func checkContainer(where string, c corev1.Container, configMaps map[string]map[
 	case "dns":
 		listens = map[string]string{"dns-udp": port(cfg.DNSAddr), "dns-tcp": port(cfg.DNSAddr)}
 	}
+	if cfg.MetricsAddr != "" && (c.Args[0] == "worker" || c.Args[0] == "dns") {
+		listens["metrics"] = port(cfg.MetricsAddr)
+	}
 	for _, p := range c.Ports {
 		want, ok := listens[p.Name]
 		if !ok {
@@ -190,6 +197,25 @@ func checkContainer(where string, c corev1.Container, configMaps map[string]map[
 		}
 	}
 	return errs
+}
+
+// checkGracePeriod: a pod running `mailyard worker` is given more time to stop
+// than its longest attempt (worker.StopTimeout), or Kubernetes kills it in the
+// middle of an SMTP session or webhook POST.
+func checkGracePeriod(where string, spec corev1.PodSpec) []error {
+	for _, c := range spec.Containers {
+		if len(c.Args) == 0 || c.Args[0] != "worker" {
+			continue
+		}
+		grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
+		if spec.TerminationGracePeriodSeconds != nil {
+			grace = *spec.TerminationGracePeriodSeconds
+		}
+		if time.Duration(grace)*time.Second <= worker.StopTimeout {
+			return []error{fmt.Errorf("%s: terminationGracePeriodSeconds is %d, but mailyard worker may take %s to stop (worker.StopTimeout)", where, grace, worker.StopTimeout)}
+		}
+	}
+	return nil
 }
 
 func hasProtocol(ports []corev1.ContainerPort, proto corev1.Protocol) bool {
@@ -360,5 +386,24 @@ spec:
 		if !strings.Contains(fmt.Sprint(errs), c.want) {
 			t.Errorf("%s: %v, want %q", name, errs, c.want)
 		}
+	}
+}
+
+// The grace period check fails on the shipped manifests with the old 60 s.
+func TestKubernetesWorkerGracePeriodCheck(t *testing.T) {
+	data, err := os.ReadFile("kubernetes/mailyard.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const shipped = "terminationGracePeriodSeconds: 960"
+	if !bytes.Contains(data, []byte(shipped)) {
+		t.Fatalf("%q is not in the manifests any more; update this test", shipped)
+	}
+	objs, err := decodeManifests(bytes.Replace(data, []byte(shipped), []byte("terminationGracePeriodSeconds: 60"), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := checkKubernetes(objs); !strings.Contains(fmt.Sprint(errs), "terminationGracePeriodSeconds is 60, but mailyard worker may take 15m15s to stop") {
+		t.Errorf("a 60 s grace period passes: %v", errs)
 	}
 }

@@ -25,7 +25,11 @@ func NewPublisher(d Deps) (dnspublish.Publisher, error) {
 	return dnspublish.NewEmbedded(d.Store), nil
 }
 
-func newDomainWorker(d Deps) (sdkworker.Worker, error) {
+// domainStopTimeout waits for the longest step of the domain workflows
+// (onboarding, rotation, deletion), bounded to one minute each.
+const domainStopTimeout = time.Minute + stopMargin
+
+func newDomainWorker(d Deps, fatal chan<- error) (sdkworker.Worker, error) {
 	publisher, err := NewPublisher(d)
 	if err != nil {
 		return nil, err
@@ -34,7 +38,7 @@ func newDomainWorker(d Deps) (sdkworker.Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := sdkworker.New(d.Client, onboarding.TaskQueue, sdkworker.Options{})
+	w := sdkworker.New(d.Client, onboarding.TaskQueue, workerOptions(domainStopTimeout, fatal))
 	RegisterDomains(w, &activities.Domains{
 		Store: d.Store, Box: d.Box, Publisher: publisher, Verifier: verifier, DKIMHost: d.Config.DKIMHost, Events: d.Events,
 		Rotations: RotationStarter{Client: d.Client, Retain: d.Config.DKIMRetain, RecheckEvery: d.Config.DKIMRecheck},
@@ -50,8 +54,8 @@ type RotationStarter struct {
 }
 
 // StartRotation starts (or joins) the domain's rotation workflow.
-func (r RotationStarter) StartRotation(ctx context.Context, domainID int64) error {
-	return rotation.Start(ctx, r.Client, rotation.Input{DomainID: domainID, Retain: r.Retain, RecheckEvery: r.RecheckEvery})
+func (r RotationStarter) StartRotation(ctx context.Context, orgID, domainID int64) error {
+	return rotation.Start(ctx, r.Client, orgID, rotation.Input{DomainID: domainID, Retain: r.Retain, RecheckEvery: r.RecheckEvery})
 }
 
 // RegisterDomains registers the domain workflows (onboarding, rotation,

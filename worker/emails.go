@@ -11,8 +11,12 @@ import (
 	"github.com/mailyard/mailyard/workflows/email"
 )
 
+// emailStopTimeout waits for an SMTP attempt (up to 15 minutes), so a
+// deploy does not cut an SMTP session in half.
+const emailStopTimeout = email.AttemptTimeout + stopMargin
+
 // newEmailWorker runs email workflows and their steps.
-func newEmailWorker(d Deps) (sdkworker.Worker, error) {
+func newEmailWorker(d Deps, fatal chan<- error) (sdkworker.Worker, error) {
 	sender := d.EmailSender
 	if sender == nil {
 		var err error
@@ -20,7 +24,7 @@ func newEmailWorker(d Deps) (sdkworker.Worker, error) {
 			return nil, err
 		}
 	}
-	w := sdkworker.New(d.Client, email.TaskQueue, sdkworker.Options{})
+	w := sdkworker.New(d.Client, email.TaskQueue, workerOptions(emailStopTimeout, fatal))
 	RegisterEmails(w, &activities.Emails{Store: d.Store, Box: d.Box, Sender: sender, Runs: d.Events.Runs})
 	return w, nil
 }

@@ -11,8 +11,12 @@ import (
 	"github.com/mailyard/mailyard/workflows/recovery"
 )
 
+// webhookStopTimeout waits for a delivery attempt (a POST of at most 15 s
+// within the attempt's 30 s); the recovery steps are as short.
+const webhookStopTimeout = delivery.AttemptTimeout + stopMargin
+
 // newWebhookWorker runs delivery workflows and their attempts.
-func newWebhookWorker(d Deps) (sdkworker.Worker, error) {
+func newWebhookWorker(d Deps, fatal chan<- error) (sdkworker.Worker, error) {
 	client := d.WebhookClient
 	if client == nil {
 		client = webhook.NewClient(webhook.Policy{
@@ -20,7 +24,7 @@ func newWebhookWorker(d Deps) (sdkworker.Worker, error) {
 			AllowPrivateNetworks: d.Config.WebhookAllowPrivateNetworks,
 		})
 	}
-	w := sdkworker.New(d.Client, delivery.TaskQueue, sdkworker.Options{})
+	w := sdkworker.New(d.Client, delivery.TaskQueue, workerOptions(webhookStopTimeout, fatal))
 	RegisterRecovery(w, &activities.Recovery{Store: d.Store, Runs: d.Events.Runs})
 	RegisterWebhooks(w, &activities.Webhooks{Store: d.Store, Box: d.Box, Client: client, Events: d.Events, DisableAfter: d.Config.WebhookDisableAfter})
 	return w, nil

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
@@ -40,24 +42,56 @@ type Deps struct {
 // NewEmitter is the platform-event emitter of a worker: it stores events in
 // st and starts their delivery workflows through tc.
 func NewEmitter(st *store.Store, tc client.Client, logger *slog.Logger) *platformevents.Emitter {
-	return &platformevents.Emitter{Store: st, Runs: &deliveryruns.Runs{Temporal: tc, Logger: logger}}
+	return &platformevents.Emitter{Store: st, Runs: &deliveryruns.Runs{Temporal: tc, Store: st, Logger: logger}}
 }
 
-// Run starts every worker and blocks until ctx ends, then stops them gracefully
-// (running activities get the worker's stop timeout to finish).
+// stopMargin is added to a task queue's longest activity to make its
+// worker's stop timeout: time for the attempt to record its result after
+// its own time is up.
+const stopMargin = 15 * time.Second
+
+// StopTimeout is the longest a worker process takes to stop gracefully: the
+// email worker's, which waits for an SMTP attempt. deploy/ gives the worker
+// pods a termination grace period above it (a test checks).
+const StopTimeout = emailStopTimeout
+
+// workerOptions are the options every worker shares: its stop timeout, and a
+// fatal error reported on fatal instead of leaving the worker idle in a
+// process that looks alive. The SDK calls an error fatal when polling keeps
+// failing with one it cannot recover from (the namespace not found, an
+// invalid argument, a server that refuses this SDK version) for two minutes.
+func workerOptions(stopTimeout time.Duration, fatal chan<- error) sdkworker.Options {
+	return sdkworker.Options{
+		WorkerStopTimeout: stopTimeout,
+		OnFatalError: func(err error) {
+			select {
+			case fatal <- err:
+			default: // one is enough to stop the process
+			}
+		},
+	}
+}
+
+// Run starts every worker and blocks until ctx ends, then stops them
+// together: running activities get their worker's stop timeout to finish
+// (StopTimeout at most). A fatal error of any worker stops them all and is
+// returned, so the process exits and is restarted instead of idling.
 func Run(ctx context.Context, d Deps) error {
 	if d.Events == nil {
 		d.Events = NewEmitter(d.Store, d.Client, d.Logger)
 	}
-	builders := []func(Deps) (sdkworker.Worker, error){newDomainWorker, newWebhookWorker, newEmailWorker}
+	fatal := make(chan error, 1)
+	builders := []func(Deps, chan<- error) (sdkworker.Worker, error){newDomainWorker, newWebhookWorker, newEmailWorker}
 	var started []sdkworker.Worker
 	defer func() {
+		var wg sync.WaitGroup
 		for _, w := range started {
-			w.Stop()
+			wg.Go(w.Stop)
 		}
+		wg.Wait()
 	}()
 	for _, build := range builders {
-		w, err := build(d)
+		w, err := build(d, fatal)
 		if err != nil {
 			return err
 		}
@@ -66,6 +100,11 @@ func Run(ctx context.Context, d Deps) error {
 		}
 		started = append(started, w)
 	}
-	<-ctx.Done()
-	return nil
+	select {
+	case <-ctx.Done():
+		d.Logger.Info("stopping workers", "timeout", StopTimeout.String())
+		return nil
+	case err := <-fatal:
+		return fmt.Errorf("worker stopped on a fatal error: %w", err)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,6 +38,16 @@ var devDefaults = map[string]string{
 	// .data/mail/<email_id>.eml.
 	"MAILYARD_SMTP_MODE":  "relay",
 	"MAILYARD_SMTP_RELAY": devSMTPAddr,
+}
+
+// isLoopback reports whether addr is host:port on a loopback address.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // devSMTPAddr is where `mailyard dev` listens for the mail it sends.
@@ -84,7 +95,8 @@ func cmdDev(ctx context.Context, logger *slog.Logger) error {
 	temporal, err := temporaldev.Start(ctx, temporaldev.Options{
 		DBFile: filepath.Join(dataDir, "temporal.db"),
 		Port:   portOf(cfg.TemporalAddress, 7233),
-		UIPort: 8233,
+		// 0: the Temporal port plus 1000, 8233 by default.
+		UIPort: 0,
 		Output: os.Stderr,
 	})
 	if err != nil {
@@ -112,7 +124,12 @@ func cmdDev(ctx context.Context, logger *slog.Logger) error {
 	defer tc.Close()
 
 	mailDir := filepath.Join(dataDir, "mail")
-	sink, err := devsmtp.Start(devSMTPAddr, mailDir, logger)
+	sinkAddr := devSMTPAddr
+	if cfg.SMTP.Mode == "relay" && isLoopback(cfg.SMTP.Relay) {
+		// The relay was moved (tests run dev on free ports): listen there.
+		sinkAddr = cfg.SMTP.Relay
+	}
+	sink, err := devsmtp.Start(sinkAddr, mailDir, logger)
 	if err != nil {
 		return err
 	}
@@ -128,7 +145,7 @@ Mailyard is running on its embedded defaults (Ctrl-C stops everything):
 
   curl -H "Authorization: Bearer $(cat .data/admin-key)" http://%s/api/v1/domains
 
-`, cfg.HTTPAddr, cfg.HTTPAddr, temporal.UIURL, cfg.DKIMHost, cfg.DNSAddr, mailDir, devSMTPAddr, adminKey, cfg.HTTPAddr)
+`, cfg.HTTPAddr, cfg.HTTPAddr, temporal.UIURL, cfg.DKIMHost, cfg.DNSAddr, mailDir, sink.Addr(), adminKey, cfg.HTTPAddr)
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveAPI(gctx, cfg, st, tc, logger) })

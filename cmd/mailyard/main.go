@@ -20,6 +20,7 @@ Usage:
   mailyard migrate [up|status] apply or list database migrations
   mailyard org create NAME     create an organization and print its admin key once
   mailyard events emit ...     send one email event to the internal ingest endpoint
+  mailyard temporal setup      register the namespace and search attributes on a cluster
   mailyard dev                 everything on the embedded defaults (make run)
 
 Configuration comes from the environment; see README.md.
@@ -55,6 +56,8 @@ func run(ctx context.Context, logger *slog.Logger, args []string) error {
 		return cmdOrg(ctx, args[1:])
 	case "events":
 		return cmdEvents(ctx, args[1:])
+	case "temporal":
+		return cmdTemporal(ctx, args[1:])
 	case "dev":
 		return cmdDev(ctx, logger)
 	case "help", "-h", "--help":

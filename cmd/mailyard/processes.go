@@ -10,14 +10,15 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-	tlog "go.temporal.io/sdk/log"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/mailyard/mailyard/api"
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/dnsserver"
+	"github.com/mailyard/mailyard/internal/metrics"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/temporalclient"
 	"github.com/mailyard/mailyard/internal/verification"
 	"github.com/mailyard/mailyard/worker"
 )
@@ -36,13 +37,14 @@ func openStore(ctx context.Context, cfg *config.Config) (*store.Store, error) {
 }
 
 // dialTemporal returns a lazy client: the process starts even while Temporal is
-// still coming up, and /readyz says when it is reachable.
+// still coming up, and /readyz says when it is reachable. TLS files that do
+// not load stop the process here.
 func dialTemporal(cfg *config.Config, logger *slog.Logger) (client.Client, error) {
-	return client.NewLazyClient(client.Options{
-		HostPort:  cfg.TemporalAddress,
-		Namespace: cfg.TemporalNamespace,
-		Logger:    tlog.NewStructuredLogger(logger.With("component", "temporal-sdk")),
-	})
+	opts, err := temporalclient.Options(cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	return client.NewLazyClient(opts)
 }
 
 // serveAPI runs the public and internal listeners until ctx ends.
@@ -90,12 +92,41 @@ func (d devRecords) DevRecords(ctx context.Context, name string) ([]dnsserver.De
 	return out, err
 }
 
+// withMetricsListener runs run with the process's /metrics on
+// MAILYARD_METRICS_ADDR when it is set (`mailyard worker` and `mailyard dns`;
+// the API serves /metrics on its internal listener). The address is bound
+// first, so a taken port stops the process at start; the listener stays up
+// until run returns, so a worker waiting for its activities to finish is
+// still scraped.
+func withMetricsListener(ctx context.Context, cfg *config.Config, logger *slog.Logger, run func(context.Context) error) error {
+	if cfg.MetricsAddr == "" {
+		return run(ctx)
+	}
+	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("metrics listener (MAILYARD_METRICS_ADDR): %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", metrics.Handler())
+	serveCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	served := make(chan error, 1)
+	go func() { served <- serveListener(serveCtx, "metrics", ln, mux, logger) }()
+	err = run(ctx)
+	stop()
+	return errors.Join(err, <-served)
+}
+
 // serveHTTP listens on addr and shuts down gracefully when ctx ends.
 func serveHTTP(ctx context.Context, name, addr string, h http.Handler, logger *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s listener: %w", name, err)
 	}
+	return serveListener(ctx, name, ln, h, logger)
+}
+
+// serveListener serves h on ln and shuts down gracefully when ctx ends.
+func serveListener(ctx context.Context, name string, ln net.Listener, h http.Handler, logger *slog.Logger) error {
 	hs := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -151,7 +182,12 @@ func cmdAPI(ctx context.Context, logger *slog.Logger) error {
 }
 
 func cmdWorker(ctx context.Context, logger *slog.Logger) error {
-	return withStoreAndTemporal(ctx, logger, "worker", config.NeedWorker, runWorker)
+	return withStoreAndTemporal(ctx, logger, "worker", config.NeedWorker,
+		func(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger) error {
+			return withMetricsListener(ctx, cfg, logger, func(ctx context.Context) error {
+				return runWorker(ctx, cfg, st, tc, logger)
+			})
+		})
 }
 
 func cmdDNS(ctx context.Context, logger *slog.Logger) error {
@@ -165,5 +201,7 @@ func cmdDNS(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	defer st.Close()
-	return serveDNS(ctx, cfg, st, logger)
+	return withMetricsListener(ctx, cfg, logger, func(ctx context.Context) error {
+		return serveDNS(ctx, cfg, st, logger)
+	})
 }

@@ -16,11 +16,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/mailyard/mailyard/activities"
 	"github.com/mailyard/mailyard/api"
@@ -44,8 +41,8 @@ const (
 	benchSecret      = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 )
 
-// arrivals is the local receiver: it notes when each delivery id first
-// arrived.
+// arrivals notes when each id (a webhook delivery, an email) first reached
+// the local receiver.
 type arrivals struct {
 	mu    sync.Mutex
 	first map[string]time.Time
@@ -55,16 +52,20 @@ type arrivals struct {
 
 func (a *arrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
-	id, now := r.Header.Get("X-Service-Delivery-Id"), time.Now()
+	a.note(r.Header.Get("X-Service-Delivery-Id"), time.Now())
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// note records id's arrival at now, unless it arrived before.
+func (a *arrivals) note(id string, now time.Time) {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	if _, seen := a.first[id]; !seen {
 		a.first[id] = now
 		if len(a.first) == a.want {
 			close(a.done)
 		}
 	}
-	a.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
 }
 
 // expect resets the receiver for a run of n deliveries.
@@ -117,7 +118,6 @@ func benchDelivery(ctx context.Context, out io.Writer) error {
 	defer rsrv.Close()
 	pool := x509.NewCertPool()
 	pool.AddCert(rsrv.Certificate())
-	ceilingURL = rsrv.URL + "/ceiling"
 	httpClient := webhook.NewClient(webhook.Policy{AllowPrivateNetworks: true}, webhook.WithRootCAs(pool))
 
 	key := make([]byte, 32)
@@ -140,7 +140,14 @@ func benchDelivery(ctx context.Context, out io.Writer) error {
 	w := sdkworker.New(tc, delivery.TaskQueue, sdkworker.Options{})
 	worker.RegisterWebhooks(w, &activities.Webhooks{Store: st, Box: box, Client: httpClient})
 	ceiling := sdkworker.New(tc, ceilingQueue, sdkworker.Options{})
-	registerCeiling(ceiling, httpClient)
+	ceilingBody, _ := webhook.BuildBody("delivered", time.Now(), uuid.NewString(), "someone@customer.example", "Your receipt")
+	registerCeiling(ceiling, func(ctx context.Context, id string) error {
+		out := webhook.Send(ctx, httpClient, webhook.Delivery{URL: rsrv.URL + "/ceiling", Secret: benchSecret, ID: id, EventType: "delivered", Body: ceilingBody})
+		if out.Verdict != webhook.Success {
+			return fmt.Errorf("ceiling POST: %d %s", out.StatusCode, out.Error)
+		}
+		return nil
+	})
 	for _, wk := range []sdkworker.Worker{w, ceiling} {
 		if err := wk.Start(); err != nil {
 			return err
@@ -158,7 +165,7 @@ func benchDelivery(ctx context.Context, out io.Writer) error {
 	fmt.Fprintf(out, "plain signed POSTs (no Temporal, %d concurrent):   %8.0f /s\n", senders, plain)
 
 	// Warm up both paths so connection set-up and caches are not measured.
-	if _, err := runCeiling(ctx, tc, rcv, 50); err != nil {
+	if _, err := runCeiling(ctx, tc, ceilingQueue, rcv, 50); err != nil {
 		return err
 	}
 	if _, err := runSaturation(ctx, ing, rcv, 50, "warm"); err != nil {
@@ -169,12 +176,12 @@ func benchDelivery(ctx context.Context, out io.Writer) error {
 	// two are measured alternately, twice, and averaged.
 	var ceil, sat float64
 	for round := range saturationRounds {
-		waitIdle(ctx, tc)
-		c, err := runCeiling(ctx, tc, rcv, saturationEvents)
+		waitIdle(ctx, tc, anyRunning)
+		c, err := runCeiling(ctx, tc, ceilingQueue, rcv, saturationEvents)
 		if err != nil {
 			return err
 		}
-		waitIdle(ctx, tc)
+		waitIdle(ctx, tc, anyRunning)
 		m, err := runSaturation(ctx, ing, rcv, saturationEvents, fmt.Sprintf("sat%d", round))
 		if err != nil {
 			return err
@@ -334,56 +341,6 @@ func runLatency(ctx context.Context, ing *ingester, rcv *arrivals) (p50, p99 tim
 	}
 	slices.Sort(lat)
 	return lat[len(lat)/2], lat[len(lat)*99/100], nil
-}
-
-// The ceiling: the smallest workflow that could deliver a webhook — one
-// activity doing the same signed POST with a body it is handed — on the same
-// server, worker process and receiver.
-func registerCeiling(w sdkworker.Worker, httpClient *http.Client) {
-	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, id string) error {
-		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
-		return workflow.ExecuteActivity(ctx, "CeilingPost", id).Get(ctx, nil)
-	}, workflow.RegisterOptions{Name: "CeilingDelivery"})
-	body, _ := webhook.BuildBody("delivered", time.Now(), uuid.NewString(), "someone@customer.example", "Your receipt")
-	w.RegisterActivityWithOptions(func(ctx context.Context, id string) error {
-		out := webhook.Send(ctx, httpClient, webhook.Delivery{URL: ceilingURL, Secret: benchSecret, ID: id, EventType: "delivered", Body: body})
-		if out.Verdict != webhook.Success {
-			return fmt.Errorf("ceiling POST: %d %s", out.StatusCode, out.Error)
-		}
-		return nil
-	}, activity.RegisterOptions{Name: "CeilingPost"})
-}
-
-// ceilingURL is set once the receiver listens.
-var ceilingURL string
-
-func runCeiling(ctx context.Context, tc client.Client, rcv *arrivals, n int) (float64, error) {
-	rcv.expect(n)
-	start := time.Now()
-	if err := parallel(n, func(int) error {
-		id := uuid.NewString()
-		_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "ceiling:" + id, TaskQueue: ceilingQueue}, "CeilingDelivery", id)
-		return err
-	}); err != nil {
-		return 0, err
-	}
-	if err := rcv.wait(ctx, 10*time.Minute); err != nil {
-		return 0, err
-	}
-	return float64(n) / time.Since(start).Seconds(), nil
-}
-
-// waitIdle lets the previous run's workflows close (their last workflow tasks
-// run after the POST has arrived), so no run pays for the one before.
-func waitIdle(ctx context.Context, tc client.Client) {
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		res, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: "ExecutionStatus = 'Running'"})
-		if err == nil && res.GetCount() == 0 {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 func measurePlain(ctx context.Context, httpClient *http.Client, url string, n int) float64 {

@@ -21,10 +21,18 @@ type Config struct {
 	DatabaseURL       string
 	TemporalAddress   string
 	TemporalNamespace string
-	HTTPAddr          string
-	InternalAddr      string
-	InternalToken     string
-	EncryptionKey     []byte
+	// TemporalTLS and TemporalAPIKey secure the connection to Temporal
+	// (internal/temporalclient); all empty is plaintext without credentials.
+	TemporalTLS    TemporalTLS
+	TemporalAPIKey string
+	// MetricsAddr is where `mailyard worker` and `mailyard dns` serve
+	// /metrics; empty serves none (the API serves /metrics on its internal
+	// listener).
+	MetricsAddr   string
+	HTTPAddr      string
+	InternalAddr  string
+	InternalToken string
+	EncryptionKey []byte
 
 	DKIMHost     string
 	SPFHost      string
@@ -61,6 +69,16 @@ type Config struct {
 	// so the configuration does not depend on any workflow package.
 	VerifySchedule []ScheduleStep
 }
+
+// TemporalTLS names the PEM files of the TLS connection to Temporal: a client
+// certificate and its key (mutual TLS; both or neither), and the CA that
+// signed the server's certificate (empty: the system's roots).
+type TemporalTLS struct {
+	CertFile, KeyFile, CAFile string
+}
+
+// Enabled reports whether any TLS file is configured.
+func (t TemporalTLS) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" || t.CAFile != "" }
 
 // ScheduleStep says: check every Every while the verification window is younger
 // than Until.
@@ -265,9 +283,14 @@ var variables = []variable{
 	{"MAILYARD_DATABASE_URL", func(c *Config) string { return RedactURL(c.DatabaseURL) }},
 	{"TEMPORAL_ADDRESS", func(c *Config) string { return c.TemporalAddress }},
 	{"TEMPORAL_NAMESPACE", func(c *Config) string { return c.TemporalNamespace }},
+	{"TEMPORAL_TLS_CERT", func(c *Config) string { return c.TemporalTLS.CertFile }},
+	{"TEMPORAL_TLS_KEY", func(c *Config) string { return c.TemporalTLS.KeyFile }},
+	{"TEMPORAL_TLS_CA", func(c *Config) string { return c.TemporalTLS.CAFile }},
+	{"TEMPORAL_API_KEY", func(c *Config) string { return masked(c.TemporalAPIKey != "") }},
 	{"MAILYARD_HTTP_ADDR", func(c *Config) string { return c.HTTPAddr }},
 	{"MAILYARD_INTERNAL_ADDR", func(c *Config) string { return c.InternalAddr }},
 	{"MAILYARD_INTERNAL_TOKEN", func(c *Config) string { return masked(c.InternalToken != "") }},
+	{"MAILYARD_METRICS_ADDR", func(c *Config) string { return c.MetricsAddr }},
 	{"MAILYARD_ENCRYPTION_KEY", func(c *Config) string { return masked(len(c.EncryptionKey) > 0) }},
 	{"MAILYARD_DKIM_HOST", func(c *Config) string { return c.DKIMHost }},
 	{"MAILYARD_SPF_HOST", func(c *Config) string { return c.SPFHost }},
@@ -381,9 +404,14 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 	}
 
 	c := &Config{
-		DatabaseURL:                 str("MAILYARD_DATABASE_URL", ""),
-		TemporalAddress:             addr("TEMPORAL_ADDRESS", "localhost:7233"),
-		TemporalNamespace:           str("TEMPORAL_NAMESPACE", "default"),
+		DatabaseURL:       str("MAILYARD_DATABASE_URL", ""),
+		TemporalAddress:   addr("TEMPORAL_ADDRESS", "localhost:7233"),
+		TemporalNamespace: str("TEMPORAL_NAMESPACE", "default"),
+		TemporalTLS: TemporalTLS{
+			CertFile: str("TEMPORAL_TLS_CERT", ""), KeyFile: str("TEMPORAL_TLS_KEY", ""), CAFile: str("TEMPORAL_TLS_CA", ""),
+		},
+		TemporalAPIKey:              strings.TrimSpace(getenv("TEMPORAL_API_KEY")),
+		MetricsAddr:                 str("MAILYARD_METRICS_ADDR", ""),
 		HTTPAddr:                    addr("MAILYARD_HTTP_ADDR", ":8080"),
 		InternalAddr:                addr("MAILYARD_INTERNAL_ADDR", "127.0.0.1:8081"),
 		InternalToken:               str("MAILYARD_INTERNAL_TOKEN", ""),
@@ -440,6 +468,16 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 		errs = append(errs, fmt.Errorf("MAILYARD_MX_PRIORITY: %q is not a number from 0 to 65535", prio))
 	} else {
 		c.MXPriority = n
+	}
+
+	if (c.TemporalTLS.CertFile == "") != (c.TemporalTLS.KeyFile == "") {
+		errs = append(errs, errors.New("TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY: set both (mutual TLS) or neither"))
+	}
+
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("MAILYARD_METRICS_ADDR: %q is not a host:port address (or leave it empty to serve no metrics)", c.MetricsAddr))
+		}
 	}
 
 	if c.DNSResolver != "" {

@@ -217,3 +217,47 @@ func TestRequiredMatchesLoadFrom(t *testing.T) {
 		}
 	}
 }
+
+// The Temporal connection's settings: the API key is a secret, the TLS files
+// are paths (shown), and a certificate needs its key.
+func TestTemporalTLSAndAPIKey(t *testing.T) {
+	c, err := LoadFrom(env(map[string]string{
+		"TEMPORAL_TLS_CERT": "/etc/mailyard/temporal.crt",
+		"TEMPORAL_TLS_KEY":  "/etc/mailyard/temporal.key",
+		"TEMPORAL_TLS_CA":   "/etc/mailyard/ca.crt",
+		"TEMPORAL_API_KEY":  "tmprl-api-key-secret",
+	}), Need{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := TemporalTLS{CertFile: "/etc/mailyard/temporal.crt", KeyFile: "/etc/mailyard/temporal.key", CAFile: "/etc/mailyard/ca.crt"}
+	if c.TemporalTLS != want || !c.TemporalTLS.Enabled() || c.TemporalAPIKey != "tmprl-api-key-secret" {
+		t.Fatalf("loaded %+v %q", c.TemporalTLS, c.TemporalAPIKey)
+	}
+	s := c.String()
+	if strings.Contains(s, "tmprl-api-key-secret") || !strings.Contains(s, "TEMPORAL_API_KEY=(set)") ||
+		!strings.Contains(s, "TEMPORAL_TLS_CERT=/etc/mailyard/temporal.crt") || !strings.Contains(s, "TEMPORAL_TLS_CA=/etc/mailyard/ca.crt") {
+		t.Fatalf("start-up line: %s", s)
+	}
+	if c, _ := LoadFrom(env(nil), Need{}); c.TemporalTLS.Enabled() || !strings.Contains(c.String(), "TEMPORAL_API_KEY=(unset)") {
+		t.Fatalf("defaults: %+v %s", c.TemporalTLS, c.String())
+	}
+	for _, only := range []string{"TEMPORAL_TLS_CERT", "TEMPORAL_TLS_KEY"} {
+		_, err := LoadFrom(env(map[string]string{only: "/x.pem"}), Need{})
+		if err == nil || !strings.HasPrefix(err.Error(), "TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY: set both") {
+			t.Errorf("only %s: %v", only, err)
+		}
+	}
+}
+
+func TestMetricsAddr(t *testing.T) {
+	if c, err := LoadFrom(env(nil), Need{}); err != nil || c.MetricsAddr != "" || !strings.Contains(c.String(), `MAILYARD_METRICS_ADDR=""`) {
+		t.Fatalf("default: %v", err)
+	}
+	if c, err := LoadFrom(env(map[string]string{"MAILYARD_METRICS_ADDR": "0.0.0.0:9090"}), Need{}); err != nil || c.MetricsAddr != "0.0.0.0:9090" {
+		t.Fatalf("0.0.0.0:9090: %v", err)
+	}
+	if _, err := LoadFrom(env(map[string]string{"MAILYARD_METRICS_ADDR": "9090"}), Need{}); err == nil || !strings.HasPrefix(err.Error(), "MAILYARD_METRICS_ADDR:") {
+		t.Fatalf("9090: %v", err)
+	}
+}

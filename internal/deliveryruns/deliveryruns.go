@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/mailyard/mailyard/internal/searchattr"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/workflows/delivery"
 )
@@ -25,7 +26,11 @@ import (
 // Runs starts and cancels delivery workflows.
 type Runs struct {
 	Temporal client.Client
-	// Schedule overrides delivery.DefaultSchedule (tests, benchmarks).
+	// Store tells whose each delivery is, for the workflows' search
+	// attributes; nil starts them without (tests of the start logic).
+	Store *store.Store
+	// Schedule overrides delivery.DefaultSchedule (tests, benchmarks). Every
+	// start carries its schedule in the workflow's input.
 	Schedule []time.Duration
 	Logger   *slog.Logger
 }
@@ -48,11 +53,15 @@ func NewDeliveryID() (string, error) {
 // Temporal gets its missing workflows: a running series is reused, and a
 // finished one is not started again.
 func (r *Runs) StartFirst(ctx context.Context, ids []string) error {
+	owners, err := r.owners(ctx, ids)
+	if err != nil {
+		return err
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(startConcurrency)
 	for _, id := range ids {
 		g.Go(func() error {
-			opts := r.options(id)
+			opts := r.options(id, owners[id])
 			opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
 			opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE
 			_, err := r.Temporal.ExecuteWorkflow(ctx, opts, delivery.WorkflowName, r.input(id))
@@ -114,13 +123,17 @@ func (r *Runs) RecoveryOfOpenRun(ctx context.Context, id string) (recoveryID str
 }
 
 func (r *Runs) startReplacing(ctx context.Context, id, recoveryID string) error {
-	opts := r.options(id)
+	owners, err := r.owners(ctx, []string{id})
+	if err != nil {
+		return err
+	}
+	opts := r.options(id, owners[id])
 	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING
 	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
 	if recoveryID != "" {
 		opts.Memo = map[string]any{recoveryMemo: recoveryID}
 	}
-	_, err := r.Temporal.ExecuteWorkflow(ctx, opts, delivery.WorkflowName, r.input(id))
+	_, err = r.Temporal.ExecuteWorkflow(ctx, opts, delivery.WorkflowName, r.input(id))
 	return err
 }
 
@@ -129,11 +142,15 @@ func (r *Runs) startReplacing(ctx context.Context, id, recoveryID string) error 
 // delivery whose first start failed, and never a second one to a delivery
 // whose series runs.
 func (r *Runs) StartIfIdle(ctx context.Context, id string) error {
-	opts := r.options(id)
+	owners, err := r.owners(ctx, []string{id})
+	if err != nil {
+		return err
+	}
+	opts := r.options(id, owners[id])
 	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
 	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
 	opts.WorkflowExecutionErrorWhenAlreadyStarted = true
-	_, err := r.Temporal.ExecuteWorkflow(ctx, opts, delivery.WorkflowName, r.input(id))
+	_, err = r.Temporal.ExecuteWorkflow(ctx, opts, delivery.WorkflowName, r.input(id))
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
 		return ErrSeriesRunning
@@ -161,12 +178,28 @@ func (r *Runs) CancelInBackground(ids []string) {
 	}()
 }
 
-func (r *Runs) options(id string) client.StartWorkflowOptions {
-	return client.StartWorkflowOptions{ID: delivery.WorkflowID(id), TaskQueue: delivery.TaskQueue}
+func (r *Runs) options(id string, o store.DeliveryOwner) client.StartWorkflowOptions {
+	owner := searchattr.Owner{OrganizationID: o.OrganizationID, WebhookID: o.WebhookID}
+	return client.StartWorkflowOptions{ID: delivery.WorkflowID(id), TaskQueue: delivery.TaskQueue,
+		TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("delivery " + id)}
 }
 
+// owners reads whose the deliveries are (none without a Store).
+func (r *Runs) owners(ctx context.Context, ids []string) (map[string]store.DeliveryOwner, error) {
+	if r.Store == nil {
+		return nil, nil
+	}
+	return r.Store.DeliveryOwners(ctx, ids)
+}
+
+// input carries the schedule in force now, so that changing the default
+// never changes a series already on its way.
 func (r *Runs) input(id string) delivery.Input {
-	return delivery.Input{DeliveryID: id, Schedule: r.Schedule}
+	schedule := r.Schedule
+	if len(schedule) == 0 {
+		schedule = delivery.DefaultSchedule
+	}
+	return delivery.Input{DeliveryID: id, Schedule: schedule}
 }
 
 // PendingIDs lists the deliveries that still need a series.

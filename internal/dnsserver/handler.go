@@ -20,6 +20,7 @@ type handler struct {
 
 func (h *handler) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	resp := h.server.answer(h.ctx, req)
+	countQuery(req, resp)
 	limitSize(resp, req, w)
 	if err := w.WriteMsg(resp); err != nil {
 		h.server.logger.Debug("DNS answer not sent", "remote", w.RemoteAddr().String(), "error", err)

@@ -123,7 +123,7 @@ func TestWorkerKilledMidEmails(t *testing.T) {
 		arrivedAtKill = mx.kept
 		mx.mu.Unlock()
 		closeKilled.Do(func() { close(killed) })
-		s.worker = testenv.Start(t, s.env, "worker")
+		s.worker = testenv.Start(t, s.workerEnv, "worker")
 	}
 
 	recipients := map[string]string{} // address → email id

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"github.com/emersion/go-msgauth/dkim"
 	"github.com/emersion/go-smtp"
 	"github.com/miekg/dns"
+	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/mailyard/mailyard/internal/testenv"
 )
@@ -300,6 +302,21 @@ func TestSendEmailEndToEnd(t *testing.T) {
 		return d["dkim"].(map[string]any)["active_selector"] != sel1
 	})
 	assertDKIM(t, s, signed, "shop.example", sel1)
+
+	// An operator lists the domain's workflows by search attribute.
+	list, err := s.temporalC.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("MailyardDomainId = %d", id)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, e := range list.Executions {
+		listed[e.Execution.WorkflowId] = true
+	}
+	for _, wf := range []string{"email-delivery:" + emailID, "email-delivery:" + second, fmt.Sprintf("domain-onboarding:%d", id), fmt.Sprintf("dkim-rotation:%d", id)} {
+		if !listed[wf] {
+			t.Fatalf("MailyardDomainId = %d does not list %s (it lists %v)", id, wf, listed)
+		}
+	}
 
 	// Operators see ids and counts in the histories, never an address, the
 	// subject or the body.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -34,6 +35,11 @@ type stack struct {
 	customer    *testenv.DNSZone
 	temporalC   client.Client
 	databaseURL string
+	// metricsURL is each process's /metrics: the API's internal listener,
+	// and MAILYARD_METRICS_ADDR of worker and dns.
+	metricsURL map[string]string
+	// workerEnv and dnsEnv are env with the process's own metrics address.
+	workerEnv, dnsEnv []string
 	// worker is the worker process (nil when the worker runs in the test
 	// process); a test may kill it and start another.
 	worker *testenv.Process
@@ -43,7 +49,7 @@ func startStack(t *testing.T, extraEnv ...string) *stack {
 	t.Helper()
 	s := prepareStack(t, extraEnv...)
 	testenv.Start(t, s.env, "api")
-	s.worker = testenv.Start(t, s.env, "worker")
+	s.worker = testenv.Start(t, s.workerEnv, "worker")
 	s.startDNS()
 	return s
 }
@@ -55,19 +61,26 @@ func prepareStack(t *testing.T, extraEnv ...string) *stack {
 	// Its own Temporal server: the rotation workflows a test leaves running must
 	// not be joined by the next test's domain with the same id.
 	s := &stack{t: t, customer: testenv.StartDNSZone(t), temporal: testenv.OwnTemporal(t), databaseURL: testenv.PostgresURL(t)}
+	internalAddr := testenv.FreeAddr(t)
+	workerMetrics, dnsMetrics := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	s.httpAddr = testenv.FreeAddr(t)
 	s.dnsAddr = testenv.FreeAddr(t)
 	s.apiURL = "http://" + s.httpAddr
+	s.metricsURL = map[string]string{
+		"api": "http://" + internalAddr + "/metrics", "worker": "http://" + workerMetrics + "/metrics", "dns": "http://" + dnsMetrics + "/metrics",
+	}
 	s.env = append([]string{
 		"MAILYARD_DATABASE_URL=" + s.databaseURL,
 		"TEMPORAL_ADDRESS=" + s.temporal,
 		"MAILYARD_ENCRYPTION_KEY=" + testEncryptionKey,
 		"MAILYARD_INTERNAL_TOKEN=e2e-internal-token",
 		"MAILYARD_HTTP_ADDR=" + s.httpAddr,
-		"MAILYARD_INTERNAL_ADDR=" + testenv.FreeAddr(t),
+		"MAILYARD_INTERNAL_ADDR=" + internalAddr,
 		"MAILYARD_DNS_ADDR=" + s.dnsAddr,
 		"MAILYARD_DNS_RESOLVER=" + s.customer.Addr,
 	}, extraEnv...)
+	s.workerEnv = slices.Concat(s.env, []string{"MAILYARD_METRICS_ADDR=" + workerMetrics})
+	s.dnsEnv = slices.Concat(s.env, []string{"MAILYARD_METRICS_ADDR=" + dnsMetrics})
 
 	s.run("migrate")
 	out := s.run("org", "create", "acme")
@@ -84,7 +97,7 @@ func prepareStack(t *testing.T, extraEnv ...string) *stack {
 func (s *stack) startDNS() {
 	t := s.t
 	t.Helper()
-	testenv.Start(t, s.env, "dns")
+	testenv.Start(t, s.dnsEnv, "dns")
 	testenv.WaitListening(t, s.httpAddr, 30*time.Second)
 	testenv.WaitListening(t, s.dnsAddr, 30*time.Second)
 

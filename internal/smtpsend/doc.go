@@ -7,5 +7,5 @@
 // Retries, scheduling and persistence live elsewhere; a Send is a single
 // attempt bounded by its context, so it can be tested against real SMTP and
 // DNS servers on loopback. The settings are described in
-// docs/smtp-transport.md.
+// docs/sending.md ("Transports").
 package smtpsend

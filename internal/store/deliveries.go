@@ -220,3 +220,28 @@ func (s *Store) AttemptsOf(ctx context.Context, deliveryIDs []string) (map[strin
 	}
 	return out, nil
 }
+
+// DeliveryOwner is whose a delivery is: its organization and webhook.
+type DeliveryOwner struct {
+	ID             string `bun:"id"`
+	OrganizationID int64  `bun:"organization_id"`
+	WebhookID      int64  `bun:"webhook_id"`
+}
+
+// DeliveryOwners reads the owners of deliveries, by delivery id; unknown ids
+// are left out.
+func (s *Store) DeliveryOwners(ctx context.Context, ids []string) (map[string]DeliveryOwner, error) {
+	out := make(map[string]DeliveryOwner, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var rows []DeliveryOwner
+	if err := s.DB.NewSelect().Model((*Delivery)(nil)).Column("id", "organization_id", "webhook_id").
+		Where("id IN (?)", bun.In(ids)).Scan(ctx, &rows); err != nil {
+		return nil, err
+	}
+	for _, r := range rows {
+		out[r.ID] = r
+	}
+	return out, nil
+}

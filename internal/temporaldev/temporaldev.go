@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mailyard/mailyard/internal/searchattr"
 	"io"
 	"net"
 	"os"
@@ -129,6 +130,11 @@ func start(ctx context.Context, o Options) (*Server, error) {
 	}
 	for _, ns := range o.Namespaces {
 		args = append(args, "--namespace", ns)
+	}
+	// Every Mailyard workflow carries these; a start without them registered
+	// is refused.
+	for _, name := range searchattr.Names() {
+		args = append(args, "--search-attribute", name+"=Int")
 	}
 	cmd := exec.Command(o.Binary, args...)
 	cmd.Stdout, cmd.Stderr = o.Output, o.Output

@@ -56,7 +56,14 @@ type Process struct {
 // is stopped with SIGTERM when the test ends, and its output is logged on failure.
 func Start(t testing.TB, env []string, args ...string) *Process {
 	t.Helper()
+	return StartIn(t, "", env, args...)
+}
+
+// StartIn is Start in the working directory dir ("" for the test's own).
+func StartIn(t testing.TB, dir string, env []string, args ...string) *Process {
+	t.Helper()
 	cmd := exec.Command(Binary(t), args...)
+	cmd.Dir = dir
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
 	p := &Process{cmd: cmd, output: &SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.output, p.output
@@ -88,6 +95,24 @@ func (p *Process) Stop() {
 func (p *Process) Kill() {
 	_ = p.cmd.Process.Kill()
 	<-p.done
+}
+
+// Exited reports whether the process has ended.
+func (p *Process) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// ExitCode is the exit status of an ended process (-1 while it runs).
+func (p *Process) ExitCode() int {
+	if !p.Exited() {
+		return -1
+	}
+	return p.cmd.ProcessState.ExitCode()
 }
 
 // Output is what the process printed so far.

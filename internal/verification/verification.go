@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mailyard/mailyard/internal/dnscheck"
+	"github.com/mailyard/mailyard/internal/metrics"
 	"github.com/mailyard/mailyard/internal/store"
 )
 
@@ -55,6 +56,7 @@ func (v *Verifier) Verify(ctx context.Context, domainID int64) (Outcome, error) 
 	checks := make([]store.RecordCheck, len(records))
 	out := Outcome{Total: len(records)}
 	for i, res := range results {
+		metrics.CountVerificationCheck(string(exps[i].Kind), string(res.Status))
 		c := store.RecordCheck{Position: records[i].Position, Observed: res.Observed}
 		switch res.Status {
 		case dnscheck.StatusVerified:

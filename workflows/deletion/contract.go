@@ -14,6 +14,8 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+
+	"github.com/mailyard/mailyard/internal/searchattr"
 )
 
 // TaskQueue is the domain worker's queue.
@@ -61,10 +63,13 @@ type Progress struct {
 
 // StartOptions: one deletion per domain, ever; a repeated start (a retried
 // DELETE) joins the one that exists, running or finished.
-func StartOptions(domainID int64) client.StartWorkflowOptions {
+func StartOptions(orgID, domainID int64) client.StartWorkflowOptions {
+	owner := searchattr.Owner{OrganizationID: orgID, DomainID: domainID}
 	return client.StartWorkflowOptions{
 		ID:                       WorkflowID(domainID),
 		TaskQueue:                TaskQueue,
+		TypedSearchAttributes:    owner.Attributes(),
+		StaticSummary:            owner.Summary("deletion of domain " + strconv.FormatInt(domainID, 10)),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 	}

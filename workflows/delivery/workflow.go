@@ -9,13 +9,17 @@ import (
 	"github.com/mailyard/mailyard/workflows/internal/jitter"
 )
 
+// AttemptTimeout is the longest one attempt may run (StartToClose); the
+// worker's stop timeout waits for it (worker/webhooks.go).
+const AttemptTimeout = 30 * time.Second
+
 // attemptOptions bound one attempt. The HTTP exchange itself is limited to
 // 15 s by the webhook client; the rest is reading and writing the database.
 // Activity errors are infrastructure trouble (database down, worker lost), not
 // receiver failures, so they are retried until they succeed: the receiver's
 // own schedule is walked by the workflow, not by this policy.
 var attemptOptions = workflow.ActivityOptions{
-	StartToCloseTimeout: 30 * time.Second,
+	StartToCloseTimeout: AttemptTimeout,
 	RetryPolicy: &temporal.RetryPolicy{
 		InitialInterval:    time.Second,
 		BackoffCoefficient: 2,

@@ -25,13 +25,18 @@ var stepOptions = workflow.ActivityOptions{
 	RetryPolicy:         infrastructureRetry,
 }
 
+// AttemptTimeout is the longest one SMTP attempt may run (StartToClose); the
+// worker's stop timeout waits for it (worker/emails.go), so a deploy does not
+// cut an SMTP session in half.
+const AttemptTimeout = 15 * time.Minute
+
 // attemptOptions bound one SMTP attempt: a transaction per recipient
 // domain, each command limited by the transport (docs/sending.md), for up to
 // 50 recipients. The attempt heartbeats while it runs, so an attempt whose
 // worker died is made again after the heartbeat timeout, not after the
 // quarter of an hour a long attempt may legitimately take.
 var attemptOptions = workflow.ActivityOptions{
-	StartToCloseTimeout: 15 * time.Minute,
+	StartToCloseTimeout: AttemptTimeout,
 	HeartbeatTimeout:    30 * time.Second,
 	RetryPolicy:         infrastructureRetry,
 }

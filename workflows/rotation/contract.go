@@ -17,6 +17,8 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+
+	"github.com/mailyard/mailyard/internal/searchattr"
 )
 
 // TaskQueue is the domain worker's queue.
@@ -107,17 +109,20 @@ type Progress struct {
 // StartOptions are the options of every start of a domain's rotation
 // workflow: one run at a time (a start while one runs joins it), and a new
 // run may follow a closed one.
-func StartOptions(domainID int64) client.StartWorkflowOptions {
+func StartOptions(orgID, domainID int64) client.StartWorkflowOptions {
+	owner := searchattr.Owner{OrganizationID: orgID, DomainID: domainID}
 	return client.StartWorkflowOptions{
 		ID:                       WorkflowID(domainID),
 		TaskQueue:                TaskQueue,
+		TypedSearchAttributes:    owner.Attributes(),
+		StaticSummary:            owner.Summary("DKIM rotation of domain " + strconv.FormatInt(domainID, 10)),
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 	}
 }
 
 // Start starts the domain's rotation workflow, or joins the one that runs.
-func Start(ctx context.Context, c client.Client, in Input) error {
-	_, err := c.ExecuteWorkflow(ctx, StartOptions(in.DomainID), WorkflowName, in)
+func Start(ctx context.Context, c client.Client, orgID int64, in Input) error {
+	_, err := c.ExecuteWorkflow(ctx, StartOptions(orgID, in.DomainID), WorkflowName, in)
 	return err
 }

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+)
+
+// The ceiling is the baseline of the Temporal benchmarks: the smallest
+// workflow that could do the job — one activity doing the same network send
+// (a signed POST, an SMTP transaction) with everything it needs handed to it
+// — on the same dev server, worker process and receiver. The product's
+// workflows read and write the database around the send; the ceiling shows
+// what the server and the send alone allow.
+const (
+	ceilingWorkflow = "CeilingWorkflow"
+	ceilingActivity = "CeilingActivity"
+)
+
+// registerCeiling registers the ceiling workflow, whose one activity calls
+// send with the workflow's id (the id the receiver notes).
+func registerCeiling(w sdkworker.Worker, send func(ctx context.Context, id string) error) {
+	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, id string) error {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: 30 * time.Second})
+		return workflow.ExecuteActivity(ctx, ceilingActivity, id).Get(ctx, nil)
+	}, workflow.RegisterOptions{Name: ceilingWorkflow})
+	w.RegisterActivityWithOptions(send, activity.RegisterOptions{Name: ceilingActivity})
+}
+
+// runCeiling starts n ceiling workflows on queue, senders at a time, and
+// returns how many per second reached the receiver.
+func runCeiling(ctx context.Context, tc client.Client, queue string, rcv *arrivals, n int) (float64, error) {
+	rcv.expect(n)
+	start := time.Now()
+	if err := parallel(n, func(int) error {
+		id := uuid.NewString()
+		_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "ceiling:" + id, TaskQueue: queue}, ceilingWorkflow, id)
+		return err
+	}); err != nil {
+		return 0, err
+	}
+	if err := rcv.wait(ctx, 10*time.Minute); err != nil {
+		return 0, fmt.Errorf("ceiling: %w", err)
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// Visibility queries for waitIdle.
+const (
+	anyRunning     = "ExecutionStatus = 'Running'"
+	ceilingRunning = "WorkflowType = '" + ceilingWorkflow + "' AND ExecutionStatus = 'Running'"
+)
+
+// waitIdle lets the previous run's workflows close (their last workflow tasks
+// run after the send has arrived), so no run pays for the one before.
+func waitIdle(ctx context.Context, tc client.Client, query string) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		res, err := tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
+		if err == nil && res.GetCount() == 0 {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

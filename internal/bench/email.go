@@ -1,0 +1,481 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/emersion/go-smtp"
+	"github.com/google/uuid"
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/mailyard/mailyard/activities"
+	"github.com/mailyard/mailyard/api"
+	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/deliveryruns"
+	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/mailmsg"
+	"github.com/mailyard/mailyard/internal/secrets"
+	"github.com/mailyard/mailyard/internal/smtpsend"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/temporaldev"
+	"github.com/mailyard/mailyard/worker"
+	"github.com/mailyard/mailyard/workflows/email"
+)
+
+// The email benchmark's sizes keep it under about two minutes on a 2-core
+// machine, where the dev server sends a few dozen emails per second.
+const (
+	emailSaturation      = 150 // emails per saturation run
+	emailRounds          = 2
+	emailPlainSends      = 2000
+	emailAlone           = 15 // emails sent one at a time
+	emailLatencyRate     = 20 // emails per second
+	emailLatencyDuration = 20 * time.Second
+	emailCeilingQueue    = "bench-email-ceiling"
+	emailDomain          = "bench.example"
+	emailMailFrom        = "mail." + emailDomain
+	emailSelector        = "benchtoken-1"
+)
+
+// benchEmailRequest is the email every benchmark send carries: a typical
+// transactional message (text and HTML, one recipient), a few kilobytes once
+// built and signed.
+var benchEmailRequest = mailmsg.Request{
+	From:    "Bench Shop <billing@" + emailDomain + ">",
+	To:      []string{"someone@customer.example"},
+	Subject: "Your receipt for order 4711",
+	Text:    strings.Repeat("Thank you for your order. Your receipt is below.\n", 12),
+	HTML:    "<html><body>" + strings.Repeat("<p>Thank you for your <b>order</b>. Your receipt is below.</p>\n", 24) + "</body></html>",
+	Headers: map[string]string{"X-Order": "4711"},
+}
+
+// benchEmail measures sending end to end on a Temporal dev server and
+// PostgreSQL, in relay mode to a go-smtp server on loopback: saturation (the
+// API answering 32 clients at once) beside the one-activity ceiling doing the
+// same SMTP send of the same signed message, plain SMTP sends without
+// Temporal, and the latency from the API's 202 to the server's 250, one email
+// at a time and at 20 emails/s.
+func benchEmail(ctx context.Context, out io.Writer) error {
+	began := time.Now()
+	fmt.Fprintln(out, "\n== email sending (end to end: API → workflow → DKIM-signed SMTP; MAILYARD_SMTP_MODE=relay to a go-smtp server on loopback, no STARTTLS) ==")
+	tsrv, err := temporaldev.Start(ctx, temporaldev.Options{Headless: true})
+	if err != nil {
+		return err
+	}
+	defer tsrv.Stop()
+	st, done, err := benchStore(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+
+	rcv := &arrivals{}
+	var unsigned atomic.Int64
+	sink, err := startSink(rcv, &unsigned)
+	if err != nil {
+		return err
+	}
+	defer sink.Close()
+
+	key := make([]byte, 32)
+	box, _ := secrets.New(key)
+	env := map[string]string{
+		// Benchmarks measure throughput, not the per-key rate limit.
+		"MAILYARD_RATE_LIMIT": "off",
+		"MAILYARD_SMTP_MODE":  smtpsend.ModeRelay,
+		"MAILYARD_SMTP_RELAY": sink.Addr,
+		"MAILYARD_SMTP_HELO":  "bench.mailyard.test",
+	}
+	cfg, err := config.LoadFrom(func(name string) string { return env[name] }, config.Need{})
+	if err != nil {
+		return err
+	}
+	cfg.EncryptionKey = key
+	sendKey, signer, err := seedSendingDomain(ctx, st, box)
+	if err != nil {
+		return err
+	}
+	// The sender the worker builds from this configuration.
+	sender, err := worker.NewSender(worker.Deps{Config: cfg})
+	if err != nil {
+		return err
+	}
+	// The plain sends and the ceiling send one message, built and signed
+	// as Prepare does; only the envelope sender changes, so the sink can
+	// tell the sends apart.
+	signed, err := signBenchMessage(signer)
+	if err != nil {
+		return err
+	}
+	sendSigned := func(ctx context.Context, id string) error {
+		res := sender.Send(ctx, envelopeSender(id), benchEmailRequest.To, signed)
+		if res[0].Status != smtpsend.Delivered {
+			return fmt.Errorf("SMTP send: %d %s", res[0].Code, res[0].Message)
+		}
+		return nil
+	}
+
+	tc, err := client.Dial(client.Options{HostPort: tsrv.Address, Logger: quietSDK{}})
+	if err != nil {
+		return err
+	}
+	defer tc.Close()
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	w := sdkworker.New(tc, email.TaskQueue, sdkworker.Options{})
+	worker.RegisterEmails(w, &activities.Emails{Store: st, Box: box, Sender: sender, Runs: &deliveryruns.Runs{Temporal: tc, Logger: discard}})
+	ceiling := sdkworker.New(tc, emailCeilingQueue, sdkworker.Options{})
+	registerCeiling(ceiling, sendSigned)
+	for _, wk := range []sdkworker.Worker{w, ceiling} {
+		if err := wk.Start(); err != nil {
+			return err
+		}
+		defer wk.Stop()
+	}
+	srvCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: discard})
+	go a.Run(srvCtx)
+	public := httptest.NewServer(a.Handler())
+	defer public.Close()
+	poster, err := newEmailPoster(public.URL+"/api/v1/emails", sendKey)
+	if err != nil {
+		return err
+	}
+
+	plain, err := measurePlainSMTP(ctx, rcv, sendSigned)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "plain SMTP sends of the signed message (no Temporal, %d concurrent):   %8.0f /s\n", senders, plain)
+
+	// Warm up both paths so connection set-up and caches are not measured.
+	if _, err := runCeiling(ctx, tc, emailCeilingQueue, rcv, 20); err != nil {
+		return err
+	}
+	if _, err := runEmails(ctx, poster, rcv, 20); err != nil {
+		return err
+	}
+
+	// Measured alternately and averaged, as the delivery benchmark does: the
+	// dev server's throughput drifts between runs on a 2-core machine.
+	var ceil, sat float64
+	for round := range emailRounds {
+		waitEmailsIdle(ctx, st)
+		c, err := runCeiling(ctx, tc, emailCeilingQueue, rcv, emailSaturation)
+		if err != nil {
+			return err
+		}
+		waitIdle(ctx, tc, ceilingRunning)
+		m, err := runEmails(ctx, poster, rcv, emailSaturation)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "  round %d: mailyard %6.1f /s   ceiling %6.1f /s\n", round+1, m, c)
+		ceil += c / emailRounds
+		sat += m / emailRounds
+	}
+	fmt.Fprintf(out, "saturation, %d emails, %d concurrent POSTs:   mailyard %6.1f emails/s   ceiling (1 workflow + 1 activity, same SMTP send) %6.1f /s   = %3.0f %% (goal ≥ 80 %%)\n",
+		emailSaturation, senders, sat, ceil, 100*sat/ceil)
+
+	waitEmailsIdle(ctx, st)
+	alone, err := emailAloneLatency(ctx, poster, rcv)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "latency, one email at a time (%d), API 202 → SMTP 250:   p50 %4.0f ms   max %4.0f ms\n",
+		len(alone), ms(percentile(alone, 50)), ms(alone[len(alone)-1]))
+	lat, err := emailLatency(ctx, poster, rcv)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "latency, %d emails/s for %s, API 202 → SMTP 250:   p50 %4.0f ms (goal < 200)   p90 %4.0f ms   p99 %4.0f ms\n",
+		emailLatencyRate, emailLatencyDuration, ms(percentile(lat, 50)), ms(percentile(lat, 90)), ms(percentile(lat, 99)))
+	if n := unsigned.Load(); n > 0 {
+		return fmt.Errorf("%d messages reached the SMTP server without a DKIM signature", n)
+	}
+	if sat < emailLatencyRate {
+		fmt.Fprintf(out, "  (%d/s is above the saturation rate measured above: emails queue up, and the latency is mostly the queue's)\n", emailLatencyRate)
+	}
+	fmt.Fprintf(out, "email benchmark took %s\n", time.Since(began).Round(time.Second))
+	return nil
+}
+
+// seedSendingDomain makes an organization with a verified domain, its active
+// DKIM key (as onboarding leaves it) and a send key scoped to the domain. It
+// returns the send key and the DKIM private key.
+func seedSendingDomain(ctx context.Context, st *store.Store, box *secrets.Box) (string, crypto.Signer, error) {
+	admin, _ := keys.NewAPIKey()
+	org, err := st.CreateOrganizationWithKey(ctx, "bench", &store.APIKey{Label: "admin", Username: "admin", Prefix: admin[:keys.DisplayLength], Digest: keys.Digest(admin), Permissions: store.Permissions{"admin"}})
+	if err != nil {
+		return "", nil, err
+	}
+	d := &store.Domain{OrganizationID: org.ID, Domain: emailDomain, MailFromSubdomain: emailMailFrom, DKIMToken: "benchtoken", Status: store.DomainVerified}
+	if err := st.CreateDomain(ctx, d, nil); err != nil {
+		return "", nil, err
+	}
+	pair, err := keys.NewDKIMKey()
+	if err != nil {
+		return "", nil, err
+	}
+	enc, err := box.Seal(pair.PrivatePKCS8, store.DKIMKeyBinding(emailSelector, 1))
+	if err != nil {
+		return "", nil, err
+	}
+	published := time.Now()
+	if _, err := st.InsertDKIMKeyIfAbsent(ctx, &store.DKIMKey{
+		Selector: emailSelector, DomainID: d.ID, Position: 1, Generation: 1, State: store.DKIMActive, Bits: keys.DKIMKeyBits,
+		PrivateKeyEnc: enc, PublicKey: pair.PublicBase64, PublishedAt: &published,
+	}); err != nil {
+		return "", nil, err
+	}
+	parsed, err := x509.ParsePKCS8PrivateKey(pair.PrivatePKCS8)
+	if err != nil {
+		return "", nil, err
+	}
+	secret, _ := keys.NewAPIKey()
+	err = st.CreateCredential(ctx, &store.APIKey{
+		OrganizationID: org.ID, SendingDomainID: &d.ID, Label: "bench", Username: "bench@" + emailDomain,
+		Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: store.Permissions{api.PermissionSend},
+	})
+	return secret, parsed.(crypto.Signer), err
+}
+
+// signBenchMessage builds and signs benchEmailRequest as the Prepare activity
+// does.
+func signBenchMessage(signer crypto.Signer) ([]byte, error) {
+	msg, problems := mailmsg.Validate(benchEmailRequest, emailDomain)
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("bench email: %v", problems)
+	}
+	raw, err := mailmsg.Build(msg, uuid.NewString(), emailDomain, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return mailmsg.Sign(raw, emailDomain, emailSelector, signer)
+}
+
+// envelopeSender is the MAIL FROM the email activities use
+// (bounces+<email_id>@<MAIL FROM subdomain>): the sink notes arrivals by the
+// id in it.
+func envelopeSender(id string) string { return "bounces+" + id + "@" + emailMailFrom }
+
+// startSink starts the recipients' side: a go-smtp server on loopback that
+// accepts every message and notes, by the id in its envelope sender, when
+// the message was complete (just before the server answers 250).
+func startSink(rcv *arrivals, unsigned *atomic.Int64) (*smtp.Server, error) {
+	srv := smtp.NewServer(sinkBackend{rcv: rcv, unsigned: unsigned})
+	srv.Domain = "sink.bench.example"
+	srv.ReadTimeout, srv.WriteTimeout = time.Minute, time.Minute
+	srv.MaxMessageBytes = 10 << 20
+	srv.ErrorLog = log.New(io.Discard, "", 0)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv.Addr = l.Addr().String()
+	go func() { _ = srv.Serve(l) }()
+	return srv, nil
+}
+
+type sinkBackend struct {
+	rcv *arrivals
+	// unsigned counts messages without a DKIM signature, which would mean
+	// the benchmark is not measuring what it says.
+	unsigned *atomic.Int64
+}
+
+func (b sinkBackend) NewSession(*smtp.Conn) (smtp.Session, error) {
+	return &sinkSession{sinkBackend: b}, nil
+}
+
+type sinkSession struct {
+	sinkBackend
+	id string
+}
+
+func (s *sinkSession) Mail(from string, _ *smtp.MailOptions) error {
+	local, _, _ := strings.Cut(from, "@")
+	s.id = strings.TrimPrefix(local, "bounces+")
+	return nil
+}
+
+func (s *sinkSession) Rcpt(string, *smtp.RcptOptions) error { return nil }
+
+func (s *sinkSession) Data(r io.Reader) error {
+	msg, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	if !bytes.HasPrefix(msg, []byte("DKIM-Signature:")) {
+		s.unsigned.Add(1)
+	}
+	s.rcv.note(s.id, time.Now())
+	return nil
+}
+
+func (s *sinkSession) Reset()        { s.id = "" }
+func (s *sinkSession) Logout() error { return nil }
+
+// emailPoster sends the benchmark email through the API with a send key,
+// over kept-alive connections.
+type emailPoster struct {
+	url, key string
+	body     []byte
+	client   *http.Client
+}
+
+func newEmailPoster(url, key string) (*emailPoster, error) {
+	r := benchEmailRequest
+	body, err := json.Marshal(map[string]any{"from": r.From, "to": r.To, "subject": r.Subject, "text": r.Text, "html": r.HTML, "headers": r.Headers})
+	return &emailPoster{url: url, key: key, body: body,
+		client: &http.Client{Transport: &http.Transport{MaxIdleConns: senders * 2, MaxIdleConnsPerHost: senders * 2}}}, err
+}
+
+// send posts the email and returns its id once the API has answered 202.
+func (p *emailPoster) send(ctx context.Context) (string, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewReader(p.body))
+	req.Header.Set("Authorization", "Bearer "+p.key)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := p.client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	var env struct {
+		Data struct {
+			Email struct {
+				ID string `json:"id"`
+			} `json:"email"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&env); err != nil || res.StatusCode != http.StatusAccepted || env.Data.Email.ID == "" {
+		return "", fmt.Errorf("send email answered %d (%v)", res.StatusCode, err)
+	}
+	return env.Data.Email.ID, nil
+}
+
+// measurePlainSMTP sends the signed message emailPlainSends times, senders
+// at a time, with the worker's sender and no Temporal or database.
+func measurePlainSMTP(ctx context.Context, rcv *arrivals, send func(context.Context, string) error) (float64, error) {
+	rcv.expect(emailPlainSends)
+	start := time.Now()
+	if err := parallel(emailPlainSends, func(int) error { return send(ctx, uuid.NewString()) }); err != nil {
+		return 0, err
+	}
+	elapsed := time.Since(start)
+	if err := rcv.wait(ctx, time.Minute); err != nil {
+		return 0, fmt.Errorf("plain SMTP: %w", err)
+	}
+	return float64(emailPlainSends) / elapsed.Seconds(), nil
+}
+
+// runEmails posts n emails, senders at a time, and returns how many per
+// second reached the sink.
+func runEmails(ctx context.Context, poster *emailPoster, rcv *arrivals, n int) (float64, error) {
+	rcv.expect(n)
+	start := time.Now()
+	if err := parallel(n, func(int) error { _, err := poster.send(ctx); return err }); err != nil {
+		return 0, err
+	}
+	if err := rcv.wait(ctx, 10*time.Minute); err != nil {
+		return 0, fmt.Errorf("emails: %w", err)
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// waitEmailsIdle waits until every email is sent (its outcome recorded after
+// the 250), then a moment for the workflow tasks that follow, so the next
+// run does not pay for the tail of this one. Email workflows stay open for the
+// retention time, so Temporal's count of running workflows cannot tell.
+func waitEmailsIdle(ctx context.Context, st *store.Store) {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		n, err := st.DB.NewSelect().Table("emails").Where("status = ?", store.EmailQueued).Count(ctx)
+		if err == nil && n == 0 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+}
+
+// emailLatency posts emailLatencyRate emails a second for
+// emailLatencyDuration and returns, sorted, the time from each 202 to the
+// sink's 250 for that email.
+func emailLatency(ctx context.Context, poster *emailPoster, rcv *arrivals) ([]time.Duration, error) {
+	n := emailLatencyRate * int(emailLatencyDuration/time.Second)
+	rcv.expect(n)
+	type accepted struct {
+		id string
+		at time.Time
+	}
+	results := make([]accepted, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Second / emailLatencyRate)
+	defer tick.Stop()
+	for i := range n {
+		<-tick.C
+		wg.Go(func() {
+			id, err := poster.send(ctx)
+			results[i], errs[i] = accepted{id: id, at: time.Now()}, err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if err := rcv.wait(ctx, 5*time.Minute); err != nil {
+		return nil, fmt.Errorf("latency: %w", err)
+	}
+	lat := make([]time.Duration, n)
+	for i, r := range results {
+		lat[i] = rcv.at(r.id).Sub(r.at)
+	}
+	slices.Sort(lat)
+	return lat, nil
+}
+
+// emailAloneLatency sends emails one after another, each once the previous
+// one's 250 has come: the path's own latency, without any queue.
+func emailAloneLatency(ctx context.Context, poster *emailPoster, rcv *arrivals) ([]time.Duration, error) {
+	lat := make([]time.Duration, emailAlone)
+	for i := range lat {
+		rcv.expect(1)
+		id, err := poster.send(ctx)
+		accepted := time.Now()
+		if err != nil {
+			return nil, err
+		}
+		if err := rcv.wait(ctx, time.Minute); err != nil {
+			return nil, fmt.Errorf("latency alone: %w", err)
+		}
+		lat[i] = rcv.at(id).Sub(accepted)
+	}
+	slices.Sort(lat)
+	return lat, nil
+}
+
+// percentile of sorted durations (nearest rank).
+func percentile(sorted []time.Duration, p int) time.Duration {
+	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
