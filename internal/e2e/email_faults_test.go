@@ -158,8 +158,9 @@ func TestWorkerKilledMidEmails(t *testing.T) {
 	}
 	t.Logf("worker killed after %d of %d messages arrived", arrivedAtKill, emails)
 
-	// Every email ends sent. An attempt the dead worker had started is
-	// retried once Temporal notices the worker is gone.
+	// Every email ends sent. What the dead worker had started is made again
+	// once Temporal notices: an attempt when its heartbeat stops (30 s), a
+	// preparation at its time limit (1 min).
 	st := testenv.OpenStore(t, s.databaseURL)
 	ctx := context.Background()
 	testenv.Eventually(t, 3*time.Minute, "every email sent", func() bool {
