@@ -46,7 +46,10 @@ func TestEveryProcessServesMetrics(t *testing.T) {
 	var scrapes map[string]string
 	testenv.Eventually(t, 60*time.Second, "the worker to count verification checks", func() bool {
 		scrapes = s.scrapeAll()
-		return testenv.Sample(t, scrapes["worker"], `mailyard_verification_checks_total{record="cname",result="pending"}`) >= 2
+		// The SDK records an activity's latency after the activity returns,
+		// a moment after the check counted inside it.
+		return testenv.Sample(t, scrapes["worker"], `mailyard_verification_checks_total{record="cname",result="pending"}`) >= 2 &&
+			hasLine(scrapes["worker"], `temporal_activity_execution_latency_seconds_count\{.*activity_type="CheckDNSRecords".*\} [1-9]`)
 	})
 	api, worker, dnsScrape := scrapes["api"], scrapes["worker"], scrapes["dns"]
 

@@ -28,6 +28,7 @@ import (
 	"github.com/mailyard/mailyard/internal/dnscheck"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/mailmsg"
+	"github.com/mailyard/mailyard/internal/searchattr"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/smtpsend"
 	"github.com/mailyard/mailyard/internal/store"
@@ -107,7 +108,7 @@ func TestRecordHistories(t *testing.T) {
 	}
 	defer tc.Close()
 	w := sdkworker.New(tc, email.TaskQueue, sdkworker.Options{})
-	worker.RegisterEmails(w, &activities.Emails{Store: st, Box: box, Sender: sender, Runs: &deliveryruns.Runs{Temporal: tc}})
+	worker.RegisterEmails(w, &activities.Emails{Store: st, Box: box, Sender: sender, Runs: &deliveryruns.Runs{Temporal: tc, Store: st}})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,10 @@ func TestRecordHistories(t *testing.T) {
 		if !sc.noEmail {
 			newEmail(t, st, org.ID, domain, id, subject, sc.to)
 		}
-		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: email.WorkflowID(id), TaskQueue: email.TaskQueue},
+		// Started as the API starts it (api/emails.go).
+		owner := searchattr.Owner{OrganizationID: org.ID, DomainID: domain}
+		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: email.WorkflowID(id), TaskQueue: email.TaskQueue,
+			TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("email " + id)},
 			email.WorkflowName, email.Input{EmailID: id, Schedule: sc.schedule, Retention: time.Second})
 		if err != nil {
 			t.Fatal(err)
