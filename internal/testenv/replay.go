@@ -1,11 +1,16 @@
 package testenv
 
 import (
+	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // ReplayHistories replays every history matching pattern (recorded from real
@@ -26,5 +31,37 @@ func ReplayHistories(t *testing.T, pattern string, min int, wf any, name string)
 				t.Fatalf("replay: %v", err)
 			}
 		})
+	}
+}
+
+// HistoryJSON reads a run's whole history in the JSON the replayer reads.
+func HistoryJSON(t testing.TB, tc client.Client, run client.WorkflowRun) []byte {
+	t.Helper()
+	var h historypb.History
+	it := tc.GetWorkflowHistory(context.Background(), run.GetID(), run.GetRunID(), false, 0)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Events = append(h.Events, ev)
+	}
+	raw, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// WriteHistory records a run's history at path (a workflow package's
+// testdata/) for ReplayHistories.
+func WriteHistory(t testing.TB, tc client.Client, run client.WorkflowRun, path string) {
+	t.Helper()
+	raw := HistoryJSON(t, tc, run)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

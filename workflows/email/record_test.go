@@ -18,10 +18,8 @@ import (
 
 	"github.com/emersion/go-smtp"
 	"github.com/google/uuid"
-	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/mailyard/mailyard/activities"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
@@ -177,7 +175,7 @@ func TestRecordHistories(t *testing.T) {
 		if res != sc.want {
 			t.Fatalf("%s: result %+v, want %+v", sc.name, res, sc.want)
 		}
-		raw := history(t, tc, run)
+		raw := testenv.HistoryJSON(t, tc, run)
 		// The history holds ids and counts, never an address or the
 		// subject; payloads are base64 in the JSON.
 		decoded := bytes.Clone(raw)
@@ -251,23 +249,4 @@ func newEmail(t *testing.T, st *store.Store, orgID, domainID int64, id, subject 
 	if err := st.CreateEmail(context.Background(), e, msg.Recipients()); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// history is a run's history in the JSON the replayer reads.
-func history(t *testing.T, tc client.Client, run client.WorkflowRun) []byte {
-	t.Helper()
-	var h historypb.History
-	it := tc.GetWorkflowHistory(context.Background(), run.GetID(), run.GetRunID(), false, 0)
-	for it.HasNext() {
-		ev, err := it.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.Events = append(h.Events, ev)
-	}
-	raw, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw
 }

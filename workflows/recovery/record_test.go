@@ -13,10 +13,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/mailyard/mailyard/activities"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
@@ -106,29 +104,6 @@ func TestRecordHistories(t *testing.T) {
 			t.Fatalf("%s: %v", sc.name, err)
 		}
 		t.Logf("%s: %+v", sc.name, res)
-		writeHistory(t, tc, run, filepath.Join("testdata", "webhook-recovery-v1-"+sc.name+".json"))
-	}
-}
-
-func writeHistory(t *testing.T, tc client.Client, run client.WorkflowRun, path string) {
-	t.Helper()
-	var h historypb.History
-	it := tc.GetWorkflowHistory(context.Background(), run.GetID(), run.GetRunID(), false, 0)
-	for it.HasNext() {
-		ev, err := it.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.Events = append(h.Events, ev)
-	}
-	raw, err := protojson.MarshalOptions{Indent: "  "}.Marshal(&h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, raw, 0o644); err != nil {
-		t.Fatal(err)
+		testenv.WriteHistory(t, tc, run, filepath.Join("testdata", "webhook-recovery-v1-"+sc.name+".json"))
 	}
 }
