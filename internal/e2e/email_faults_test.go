@@ -81,19 +81,15 @@ func (r *finalsReceiver) count() int {
 func TestWorkerKilledMidEmails(t *testing.T) {
 	const emails, killAt = 100, 20
 	mx := startMX(t)
-	s := startStack(t,
+	s := startStack(t, append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
-		"MAILYARD_SMTP_PORT="+mx.port(),
-		"MAILYARD_SMTP_HELO=mailyard.e2e.example",
-		"MAILYARD_SMTP_ALLOW_PRIVATE_NETWORKS=true",
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
 		// A hundred sends and a hundred reads in a few seconds.
 		"MAILYARD_RATE_LIMIT=100000/s",
-	)
+	)...)
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
-	s.customer.Add(t, "rcpt.example. 300 IN MX 10 mx.rcpt.example.")
-	s.customer.Add(t, "mx.rcpt.example. 300 IN A 127.0.0.1")
+	mx.route(t, s.customer)
 	rcv := newFinalsReceiver()
 	hook := httptest.NewServer(rcv)
 	t.Cleanup(hook.Close)
@@ -314,16 +310,14 @@ func TestEmailRetentionAndDomainDeletion(t *testing.T) {
 	mx := startMX(t)
 	const retention = 3 * time.Second
 	s := startStackInProcess(t, []time.Duration{0, 3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second},
-		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
-		"MAILYARD_SMTP_PORT="+mx.port(),
-		"MAILYARD_SMTP_ALLOW_PRIVATE_NETWORKS=true",
-		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
-		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
-		"MAILYARD_EMAIL_RETENTION="+retention.String(),
-	)
+		append(mx.env(),
+			"MAILYARD_VERIFY_SCHEDULE=1s/60s",
+			"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
+			"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
+			"MAILYARD_EMAIL_RETENTION="+retention.String(),
+		)...)
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
-	s.customer.Add(t, "rcpt.example. 300 IN MX 10 mx.rcpt.example.")
-	s.customer.Add(t, "mx.rcpt.example. 300 IN A 127.0.0.1")
+	mx.route(t, s.customer)
 	rcv := &eventReceiver{}
 	hook := httptest.NewServer(rcv)
 	t.Cleanup(hook.Close)

@@ -63,6 +63,24 @@ func (mx *mxServer) port() string {
 	return port
 }
 
+// env points the worker's MX transport at the server: its port, and the
+// loopback address the dial-time guard refuses unless told otherwise.
+func (mx *mxServer) env() []string {
+	return []string{
+		"MAILYARD_SMTP_PORT=" + mx.port(),
+		"MAILYARD_SMTP_HELO=mailyard.e2e.example",
+		"MAILYARD_SMTP_ALLOW_PRIVATE_NETWORKS=true",
+	}
+}
+
+// route publishes rcpt.example's MX record, naming the server, in the zone
+// the stack resolves through.
+func (mx *mxServer) route(t *testing.T, zone *testenv.DNSZone) {
+	t.Helper()
+	zone.Add(t, "rcpt.example. 300 IN MX 10 mx.rcpt.example.")
+	zone.Add(t, "mx.rcpt.example. 300 IN A 127.0.0.1")
+}
+
 // NewSession implements smtp.Backend.
 func (mx *mxServer) NewSession(*smtp.Conn) (smtp.Session, error) { return &mxSession{mx: mx}, nil }
 
@@ -147,18 +165,14 @@ func (r *eventReceiver) all() []map[string]any {
 // customer's CNAME, before and after a DKIM rotation.
 func TestSendEmailEndToEnd(t *testing.T) {
 	mx := startMX(t)
-	s := startStack(t,
+	s := startStack(t, append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
 		"MAILYARD_DKIM_RECHECK=1s",
-		"MAILYARD_SMTP_PORT="+mx.port(),
-		"MAILYARD_SMTP_HELO=mailyard.e2e.example",
-		"MAILYARD_SMTP_ALLOW_PRIVATE_NETWORKS=true",
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
-	)
+	)...)
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
-	s.customer.Add(t, "rcpt.example. 300 IN MX 10 mx.rcpt.example.")
-	s.customer.Add(t, "mx.rcpt.example. 300 IN A 127.0.0.1")
+	mx.route(t, s.customer)
 
 	rcv := &eventReceiver{}
 	hook := httptest.NewServer(rcv)

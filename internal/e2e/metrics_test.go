@@ -97,16 +97,13 @@ func TestEveryProcessServesMetrics(t *testing.T) {
 // outcome webhooks' POSTs; dns counts the DKIM key look-ups of a receiver.
 func TestSendingMetrics(t *testing.T) {
 	mx := startMX(t)
-	s := startStack(t,
+	s := startStack(t, append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
-		"MAILYARD_SMTP_PORT="+mx.port(),
-		"MAILYARD_SMTP_ALLOW_PRIVATE_NETWORKS=true",
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
-	)
+	)...)
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
-	s.customer.Add(t, "rcpt.example. 300 IN MX 10 mx.rcpt.example.")
-	s.customer.Add(t, "mx.rcpt.example. 300 IN A 127.0.0.1")
+	mx.route(t, s.customer)
 	rcv := &eventReceiver{}
 	hook := httptest.NewServer(rcv)
 	t.Cleanup(hook.Close)

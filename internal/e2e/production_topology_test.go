@@ -41,17 +41,13 @@ func TestProductionTopology(t *testing.T) {
 	mx := startMX(t)
 	// A namespace of Mailyard's own, which `mailyard temporal setup` registers
 	// with the search attributes, as an operator does on a cluster.
-	s := startTopology(t, topology{temporal: temporal.Address, namespace: "mailyard", apis: 2, workers: 2, env: []string{
+	s := startTopology(t, topology{temporal: temporal.Address, namespace: "mailyard", apis: 2, workers: 2, env: append(mx.env(),
 		// A check every 2 s; the window outlasts the test.
 		"MAILYARD_VERIFY_SCHEDULE=2s/10m",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
-		"SSL_CERT_FILE=" + caFile,
-		"MAILYARD_SMTP_PORT=" + mx.port(),
-		"MAILYARD_SMTP_HELO=mailyard.e2e.example",
-		"MAILYARD_SMTP_ALLOW_PRIVATE_NETWORKS=true",
-	}})
-	s.customer.Add(t, "rcpt.example. 300 IN MX 10 mx.rcpt.example.")
-	s.customer.Add(t, "mx.rcpt.example. 300 IN A 127.0.0.1")
+		"SSL_CERT_FILE="+caFile,
+	)})
+	mx.route(t, s.customer)
 	a, b := s.on(0), s.on(1)
 
 	// A domain added through one api process, verified through the other.
