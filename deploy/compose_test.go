@@ -113,7 +113,7 @@ func checkCompose(data []byte) []error {
 			errs = append(errs, fmt.Errorf("top-level key %q is not services, volumes or an x- extension", k))
 		}
 	}
-	for _, want := range []string{"postgres", "temporal", "migrate", "api", "worker", "dns"} {
+	for _, want := range []string{"postgres", "temporal", "migrate", "temporal-setup", "api", "worker", "dns"} {
 		if _, ok := f.Services[want]; !ok {
 			errs = append(errs, fmt.Errorf("no %s service", want))
 		}
@@ -123,6 +123,8 @@ func checkCompose(data []byte) []error {
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	servicesOf := map[string][]string{} // mailyard subcommand → services running it
+	temporalOf := map[string]string{}   // service → the Temporal namespace it uses
 	for _, name := range names {
 		s := f.Services[name]
 		where := "service " + name
@@ -158,6 +160,8 @@ func checkCompose(data []byte) []error {
 			continue
 		}
 		process := s.Command[0]
+		servicesOf[process] = append(servicesOf[process], name)
+		temporalOf[name] = cfg.TemporalNamespace + " at " + cfg.TemporalAddress
 		if process == "worker" {
 			// Compose sends SIGKILL 10 s after SIGTERM unless told otherwise.
 			grace, err := time.ParseDuration(s.StopGracePeriod)
@@ -204,6 +208,29 @@ func checkCompose(data []byte) []error {
 			}
 		}
 	}
+	return append(errs, checkComposeSetup(f, servicesOf, temporalOf)...)
+}
+
+// checkComposeSetup: one service runs `mailyard temporal setup`, every service
+// that starts workflows waits for it to complete, and both use the same
+// Temporal namespace on the same server.
+func checkComposeSetup(f composeFile, servicesOf map[string][]string, temporalOf map[string]string) []error {
+	setups := servicesOf["temporal"]
+	if len(setups) != 1 {
+		return []error{fmt.Errorf("%d services run mailyard temporal setup, want 1 (%v)", len(setups), setups)}
+	}
+	setup := setups[0]
+	var errs []error
+	for _, process := range startsWorkflows {
+		for _, name := range servicesOf[process] {
+			if f.Services[name].DependsOn[setup] != "service_completed_successfully" {
+				errs = append(errs, fmt.Errorf("service %s: must wait for %s to complete (depends_on condition service_completed_successfully): Temporal refuses workflow starts until the search attributes exist", name, setup))
+			}
+			if temporalOf[name] != temporalOf[setup] {
+				errs = append(errs, fmt.Errorf("service %s uses namespace %s, but %s sets up %s", name, temporalOf[name], setup, temporalOf[setup]))
+			}
+		}
+	}
 	return errs
 }
 
@@ -231,6 +258,8 @@ func TestComposeChecksCatchMistakes(t *testing.T) {
 		"missing service":  {"  worker:\n", "  workers:\n", "no worker service"},
 		"wrong host":       {"@postgres:5432/", "@db:5432/", `the database host "db" is not a service`},
 		"short grace":      {"stop_grace_period: 16m", "stop_grace_period: 1m", `stop_grace_period "1m" is not longer than`},
+		"no setup wait":    {"    temporal-setup: { condition: service_completed_successfully }\n", "", "must wait for temporal-setup to complete"},
+		"other namespace":  {"      TEMPORAL_ADDRESS: temporal:7233\n    depends_on: [temporal]", "      TEMPORAL_ADDRESS: temporal:7233\n      TEMPORAL_NAMESPACE: mailyard\n    depends_on: [temporal]", "but temporal-setup sets up mailyard at temporal:7233"},
 	} {
 		if !strings.Contains(good, c.old) {
 			t.Fatalf("%s: %q is not in compose.yaml any more; update this test", name, c.old)

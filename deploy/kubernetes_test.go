@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/worker"
 )
 
@@ -113,8 +115,22 @@ func checkKubernetes(objs []runtime.Object) []error {
 		}
 	}
 	for _, w := range workloads {
+		// The namespace an init container running `mailyard temporal setup`
+		// prepares before the pod's processes start.
+		setUp := ""
+		for _, c := range w.template.InitContainers {
+			cfg, cerrs := checkContainer(w.where+" init container "+c.Name, c, configMaps)
+			errs = append(errs, cerrs...)
+			if cfg != nil && c.Args[0] == "temporal" {
+				setUp = temporalNamespace(cfg)
+			}
+		}
 		for _, c := range w.template.Containers {
-			errs = append(errs, checkContainer(w.where+" container "+c.Name, c, configMaps)...)
+			cfg, cerrs := checkContainer(w.where+" container "+c.Name, c, configMaps)
+			errs = append(errs, cerrs...)
+			if cfg != nil && slices.Contains(startsWorkflows, c.Args[0]) && temporalNamespace(cfg) != setUp {
+				errs = append(errs, fmt.Errorf("%s container %s: no init container runs mailyard temporal setup for %s; Temporal refuses workflow starts until the search attributes exist", w.where, c.Name, temporalNamespace(cfg)))
+			}
 		}
 	}
 	for _, s := range services {
@@ -123,7 +139,14 @@ func checkKubernetes(objs []runtime.Object) []error {
 	return errs
 }
 
-func checkContainer(where string, c corev1.Container, configMaps map[string]map[string]string) []error {
+// temporalNamespace names the namespace a process uses, with its server.
+func temporalNamespace(cfg *config.Config) string {
+	return cfg.TemporalNamespace + " at " + cfg.TemporalAddress
+}
+
+// checkContainer checks one container and returns the configuration its process
+// loads (nil if it does not load).
+func checkContainer(where string, c corev1.Container, configMaps map[string]map[string]string) (*config.Config, []error) {
 	var errs []error
 	if len(c.Command) > 0 {
 		errs = append(errs, fmt.Errorf("%s: command replaces the image's mailyard entrypoint; use args", where))
@@ -166,7 +189,7 @@ func checkContainer(where string, c corev1.Container, configMaps map[string]map[
 	cfg, perrs := checkProcess(where, c.Args, env)
 	errs = append(errs, perrs...)
 	if cfg == nil {
-		return errs
+		return nil, errs
 	}
 
 	// The ports a container declares are the ones its process listens on.
@@ -196,7 +219,7 @@ func checkContainer(where string, c corev1.Container, configMaps map[string]map[
 			errs = append(errs, fmt.Errorf("%s: probe %s uses port %s, which the container does not declare", where, probe.HTTPGet.Path, probe.HTTPGet.Port.String()))
 		}
 	}
-	return errs
+	return cfg, errs
 }
 
 // checkGracePeriod: a pod running `mailyard worker` is given more time to stop
@@ -306,11 +329,11 @@ func TestKubernetesManifests(t *testing.T) {
 		case *batchv1.Job:
 			spec = o.Spec.Template.Spec
 		}
-		for _, c := range spec.Containers {
+		for _, c := range append(spec.InitContainers, spec.Containers...) {
 			deployed[strings.Join(c.Args, " ")] = true
 		}
 	}
-	for _, want := range []string{"api", "worker", "dns", "migrate up"} {
+	for _, want := range []string{"api", "worker", "dns", "migrate up", "temporal setup"} {
 		if !deployed[want] {
 			t.Errorf("no container runs mailyard %s", want)
 		}
@@ -330,6 +353,8 @@ spec:
   template:
     metadata: { labels: { app: mailyard-api } }
     spec:
+      initContainers:
+        - { name: temporal-setup, image: mailyard:latest, args: ["temporal", "setup"] }
       containers:
         - name: api
           image: mailyard:latest
@@ -377,6 +402,10 @@ spec:
 			"MAILYARD_INTERNAL_TOKEN is required by mailyard api"},
 		"wrong port":    {fmt.Sprintf(deployment, "replicas: 2", token, "9090", "http"), `port "http" is 9090 but the process listens on 8080`},
 		"dangling port": {fmt.Sprintf(deployment, "replicas: 2", token, "8080", "web"), `port "http" targets web/TCP`},
+		"no setup": {strings.Replace(good, `args: ["temporal", "setup"]`, `args: ["migrate", "up"]`, 1),
+			"no init container runs mailyard temporal setup for default at localhost:7233"},
+		"bad setup": {strings.Replace(good, `args: ["temporal", "setup"]`, `args: ["temporal", "set-up"]`, 1),
+			`the Temporal step runs ["temporal" "set-up"], want temporal setup`},
 	} {
 		objs, err := decodeManifests([]byte(c.doc))
 		if err != nil {

@@ -16,7 +16,14 @@ var needOf = map[string]config.Need{
 	"worker":  config.NeedWorker,
 	"dns":     config.NeedDNS,
 	"migrate": config.NeedMigrate,
+	// `mailyard temporal setup` only talks to Temporal.
+	"temporal": {},
 }
+
+// startsWorkflows are the processes that start workflows, which the Temporal
+// server refuses until `mailyard temporal setup` has registered the namespace
+// and the search attributes: the deploy files run setup before them.
+var startsWorkflows = []string{"api", "worker"}
 
 // secretSamples stand in for values that live in a Secret or .env, shaped so the
 // configuration accepts them: the checks prove names and shapes, never real secrets.
@@ -33,14 +40,17 @@ var secretSamples = map[string]string{
 // failure) and the problems, each prefixed with where.
 func checkProcess(where string, args []string, env map[string]string) (*config.Config, []error) {
 	if len(args) == 0 {
-		return nil, []error{fmt.Errorf("%s: no subcommand (api, worker, dns or migrate up)", where)}
+		return nil, []error{fmt.Errorf("%s: no subcommand (api, worker, dns, migrate up or temporal setup)", where)}
 	}
 	need, ok := needOf[args[0]]
 	if !ok {
-		return nil, []error{fmt.Errorf("%s: %q is not a process of the mailyard binary (api, worker, dns, migrate)", where, args[0])}
+		return nil, []error{fmt.Errorf("%s: %q is not a process of the mailyard binary (api, worker, dns, migrate, temporal)", where, args[0])}
 	}
 	if args[0] == "migrate" && !slices.Equal(args, []string{"migrate", "up"}) {
 		return nil, []error{fmt.Errorf("%s: the migration step runs %q, want migrate up", where, args)}
+	}
+	if args[0] == "temporal" && !slices.Equal(args, []string{"temporal", "setup"}) {
+		return nil, []error{fmt.Errorf("%s: the Temporal step runs %q, want temporal setup", where, args)}
 	}
 	var errs []error
 	known := config.Variables()

@@ -53,17 +53,8 @@ func cmdTemporal(ctx context.Context, args []string) error {
 // answers, then adds the search attributes it lacks. An attribute that
 // exists with another type is an error: workflows could not be started.
 func setupTemporal(ctx context.Context, c client.Client, namespace string, say func(string, ...any)) error {
-	_, err := c.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
-		Namespace: namespace, WorkflowExecutionRetentionPeriod: durationpb.New(namespaceRetention),
-	})
-	var exists *serviceerror.NamespaceAlreadyExists
-	switch {
-	case err == nil:
-		say("namespace %s registered", namespace)
-	case errors.As(err, &exists):
-		say("namespace %s exists", namespace)
-	default:
-		return fmt.Errorf("register namespace %s: %w", namespace, err)
+	if err := ensureNamespace(ctx, c, namespace, say); err != nil {
+		return err
 	}
 
 	// A namespace registered a moment ago takes a while to reach every
@@ -101,7 +92,7 @@ func setupTemporal(ctx context.Context, c client.Client, namespace string, say f
 	if len(missing) == 0 {
 		return nil
 	}
-	_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
+	_, err := c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
 		Namespace: namespace, SearchAttributes: missing,
 	})
 	var added *serviceerror.AlreadyExists
@@ -112,6 +103,34 @@ func setupTemporal(ctx context.Context, c client.Client, namespace string, say f
 		say("search attribute %s added (Int)", name)
 	}
 	return waitAttributesUsable(ctx, c, namespace)
+}
+
+// ensureNamespace registers the namespace unless it exists. It asks first:
+// the deploy files run setup at every start of a pod, and Temporal Cloud, where
+// namespaces are created in its console, refuses registration outright.
+func ensureNamespace(ctx context.Context, c client.Client, namespace string, say func(string, ...any)) error {
+	_, err := c.WorkflowService().DescribeNamespace(ctx, &workflowservice.DescribeNamespaceRequest{Namespace: namespace})
+	var notFound *serviceerror.NamespaceNotFound
+	if err == nil {
+		say("namespace %s exists", namespace)
+		return nil
+	}
+	if !errors.As(err, &notFound) {
+		return fmt.Errorf("describe namespace %s: %w", namespace, err)
+	}
+	_, err = c.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
+		Namespace: namespace, WorkflowExecutionRetentionPeriod: durationpb.New(namespaceRetention),
+	})
+	var exists *serviceerror.NamespaceAlreadyExists
+	switch {
+	case err == nil:
+		say("namespace %s registered", namespace)
+	case errors.As(err, &exists): // registered by another pod a moment ago
+		say("namespace %s exists", namespace)
+	default:
+		return fmt.Errorf("register namespace %s: %w", namespace, err)
+	}
+	return nil
 }
 
 // waitAttributesUsable waits until a query on every attribute is accepted. On
