@@ -236,6 +236,8 @@ func (s *Server) startEmail(ctx context.Context, e *store.Email) error {
 	if len(schedule) == 0 {
 		schedule = email.DefaultSchedule
 	}
+	ctx, cancel := context.WithTimeout(ctx, startEmailTimeout)
+	defer cancel()
 	owner := searchattr.Owner{OrganizationID: e.OrganizationID, DomainID: e.DomainID}
 	opts := client.StartWorkflowOptions{
 		ID: email.WorkflowID(e.ID), TaskQueue: email.TaskQueue,

@@ -125,15 +125,33 @@ func (s *Store) CreateEmail(ctx context.Context, e *Email, recipients []string) 
 
 // DeleteUnstartedEmail removes an email whose workflow could not be started,
 // so a request answered 503 leaves nothing behind. Nothing refers to it yet:
-// events and statistics are written only by the workflow's steps.
+// events and statistics are written only by the workflow's steps. An email a
+// workflow has accepted is left alone.
 func (s *Store) DeleteUnstartedEmail(ctx context.Context, id string) error {
 	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		q := tx.NewSelect().Model((*Email)(nil)).Column("id").Where("id = ?", id).Where("accepted_at IS NULL")
+		if s.IsPostgres() {
+			q = q.For("UPDATE")
+		}
+		if n, err := q.Count(ctx); err != nil || n == 0 {
+			return err
+		}
 		if _, err := tx.NewDelete().Model((*EmailRecipient)(nil)).Where("email_id = ?", id).Exec(ctx); err != nil {
 			return err
 		}
-		_, err := tx.NewDelete().Model((*Email)(nil)).Where("id = ?", id).Where("accepted_at IS NULL").Exec(ctx)
+		_, err := tx.NewDelete().Model((*Email)(nil)).Where("id = ?", id).Exec(ctx)
 		return err
 	})
+}
+
+// UnacceptedEmailsBefore returns the ids of up to limit emails created before
+// cutoff that no workflow has accepted, oldest first.
+func (s *Store) UnacceptedEmailsBefore(ctx context.Context, cutoff time.Time, limit int) ([]string, error) {
+	var ids []string
+	err := s.DB.NewSelect().Model((*Email)(nil)).Column("id").
+		Where("accepted_at IS NULL").Where("created_at < ?", cutoff).
+		OrderExpr("created_at").Limit(int64(limit)).Scan(ctx, &ids)
+	return ids, err
 }
 
 // EmailScope limits what a key sees of the organization's emails: a
