@@ -135,19 +135,23 @@ func TestFaultBINDStoppedDuringLifecycle(t *testing.T) {
 	}
 }
 
-// TestFaultWebhookReceiversHang: two webhooks whose receivers misbehave, one
-// that accepts the connection and never answers and one that sends its answer
-// a byte a second, and a healthy one, all subscribed to the same events. Each
-// attempt to a bad receiver ends at the 15-second limit as a failed attempt
-// ("timed out after 15s") and is retried on the schedule (the second attempt
-// 5 s later), while the healthy webhook receives every event within seconds:
-// the hanging attempts starve nobody. Every delivery arrives with its own id,
-// and again only with the same bytes.
+// TestFaultWebhookReceiversHang: three webhooks whose receivers misbehave, one
+// that accepts the connection and never answers, one that sends its answer a
+// byte a second, one that answers 200 at once and then sends its body a byte a
+// second, and a healthy one, all subscribed to the same events. Each attempt to
+// the first two ends at the 15-second limit as a failed attempt ("timed out
+// after 15s") and is retried on the schedule (the second attempt 5 s later);
+// the third's 200 came in time, so its delivery is delivered, the attempt also
+// cut at 15 s. Meanwhile the healthy webhook receives every event within
+// seconds: the hanging attempts starve nobody. Every delivery arrives with its
+// own id, and again only with the same bytes.
 func TestFaultWebhookReceiversHang(t *testing.T) {
 	const events = 30
 	healthy, caFile := startHookReceiver(t)
-	silent := startBadReceiver(t, "")
-	trickle := startBadReceiver(t, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+	silent := startBadReceiver(t, "", "")
+	trickle := startBadReceiver(t, "", "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+	// Acknowledges at once, then sends its body a byte a second.
+	slowBody := startBadReceiver(t, "HTTP/1.1 200 OK\r\nContent-Length: 40\r\nConnection: close\r\n\r\n", "acknowledged, and slowly saying so......")
 	s := startStack(t,
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
@@ -169,7 +173,7 @@ func TestFaultWebhookReceiversHang(t *testing.T) {
 		}
 		return int64(created["webhook"].(map[string]any)["id"].(float64))
 	}
-	silentID, trickleID, healthyID := hook(silent.URL), hook(trickle.URL), hook(healthy.URL+"/hook")
+	silentID, trickleID, slowBodyID, healthyID := hook(silent.URL), hook(trickle.URL), hook(slowBody.URL), hook(healthy.URL+"/hook")
 
 	// When each delivery id reached the healthy receiver, seen by polling.
 	var mu sync.Mutex
@@ -196,7 +200,7 @@ func TestFaultWebhookReceiversHang(t *testing.T) {
 	}()
 	defer close(stopWatch)
 
-	// The events, from a few concurrent senders; each fans out to the three
+	// The events, from a few concurrent senders; each fans out to the four
 	// webhooks.
 	ingested := make([]time.Time, events)
 	ids := make([][]string, events)
@@ -212,8 +216,8 @@ func TestFaultWebhookReceiversHang(t *testing.T) {
 	wg.Wait()
 	want := map[string]bool{}
 	for i := range events {
-		if len(ids[i]) != 3 {
-			t.Fatalf("event %d fanned out to %d deliveries, want 3", i, len(ids[i]))
+		if len(ids[i]) != 4 {
+			t.Fatalf("event %d fanned out to %d deliveries, want 4", i, len(ids[i]))
 		}
 		for _, id := range ids[i] {
 			want[id] = true
@@ -240,9 +244,8 @@ func TestFaultWebhookReceiversHang(t *testing.T) {
 		t.Fatalf("the healthy webhook waited up to %s for an event while the others hung", slowest)
 	}
 	t.Logf("the healthy webhook got each of %d events within %s", events, slowest.Round(time.Millisecond))
-	if n := len(silent.seen(t)); n != events {
-		t.Fatalf("the silent receiver holds %d of %d deliveries", n, events)
-	}
+	// Meanwhile every attempt to the silent receiver is open at once.
+	testenv.Eventually(t, 10*time.Second, "every delivery held by the silent receiver", func() bool { return len(silent.seen(t)) == events })
 
 	// Each bad delivery: two attempts, each timed out after 15 s, the second
 	// about 5 s after the first ended; still pending, its next attempt
@@ -293,6 +296,29 @@ func TestFaultWebhookReceiversHang(t *testing.T) {
 			if !want[id] || n != 2 {
 				t.Fatalf("%s receiver: delivery %s arrived %d times, want 2 (one per attempt)", name, id, n)
 			}
+		}
+	}
+	// The receiver that acknowledged with its status line in time has the
+	// delivery: the attempt still ends at 15 s, keeping what of the body came.
+	slow := s.call("GET", fmt.Sprintf("/api/v1/webhooks/%d/deliveries?limit=100", slowBodyID), nil, 200)["deliveries"].([]any)
+	if len(slow) != events {
+		t.Fatalf("%d deliveries to the slow-body receiver, want %d", len(slow), events)
+	}
+	for _, d := range slow {
+		dl := d.(map[string]any)
+		attempts := dl["attempts"].([]any)
+		if dl["status"] != "delivered" || len(attempts) != 1 {
+			t.Fatalf("delivery acknowledged with a slow body: %v", dl)
+		}
+		at := attempts[0].(map[string]any)
+		if ms := at["duration_ms"].(float64); at["status_code"] != float64(200) || at["error"] != nil || ms < 15000 || ms > 17000 ||
+			!strings.HasPrefix("acknowledged, and slowly saying so......", at["response_body"].(string)) {
+			t.Fatalf("attempt acknowledged with a slow body: %v", at)
+		}
+	}
+	for id, n := range slowBody.seen(t) {
+		if !want[id] || n != 1 {
+			t.Fatalf("slow-body receiver: delivery %s arrived %d times, want 1", id, n)
 		}
 	}
 	for _, d := range s.call("GET", fmt.Sprintf("/api/v1/webhooks/%d/deliveries?limit=100", healthyID), nil, 200)["deliveries"].([]any) {

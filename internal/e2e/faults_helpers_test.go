@@ -69,23 +69,25 @@ func txtAt(t *testing.T, addr, name string) string {
 }
 
 // badReceiver is a webhook receiver on loopback (plain HTTP) that reads each
-// request and then misbehaves: it never answers (answer ""), or writes its
-// answer one byte per second. It keeps every body by delivery id.
+// request and then misbehaves: it writes prefix at once and then the rest of
+// its answer one byte per second; with neither, it never answers. It keeps
+// every body by delivery id.
 type badReceiver struct {
 	URL    string
+	prefix string
 	answer string
 	mu     sync.Mutex
 	bodies map[string][]string
 }
 
 // startBadReceiver serves until the test ends.
-func startBadReceiver(t *testing.T, answer string) *badReceiver {
+func startBadReceiver(t *testing.T, prefix, answer string) *badReceiver {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &badReceiver{URL: "http://" + ln.Addr().String() + "/hook", answer: answer, bodies: map[string][]string{}}
+	r := &badReceiver{URL: "http://" + ln.Addr().String() + "/hook", prefix: prefix, answer: answer, bodies: map[string][]string{}}
 	done := make(chan struct{})
 	var conns sync.WaitGroup
 	t.Cleanup(func() { close(done); ln.Close(); conns.Wait() })
@@ -115,6 +117,9 @@ func (r *badReceiver) serve(c net.Conn, done chan struct{}) {
 		id := req.Header.Get("X-Service-Delivery-Id")
 		r.bodies[id] = append(r.bodies[id], string(raw))
 		r.mu.Unlock()
+		if _, err := io.WriteString(c, r.prefix); err != nil {
+			return
+		}
 		if r.answer == "" {
 			// Never answer; the client gives up and closes.
 			_, _ = io.Copy(io.Discard, br)
