@@ -336,7 +336,7 @@ func TestFaultWebhookReceiversHang(t *testing.T) {
 // every retry answers with the webhook (id and signing secret) of any earlier
 // success; keys the killed process held are free again within seconds.
 func TestFaultAPIKilledMidIdempotentPOSTs(t *testing.T) {
-	const orgs, perOrg, senders = 3, 18, 9 // 18: under the 20 webhooks an organization may have
+	const orgs, perOrg, senders = 5, 18, 15 // 18: under the 20 webhooks an organization may have
 	s := prepareStack(t, "MAILYARD_WEBHOOK_ALLOW_HTTP=true", "MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true")
 	apiKeys := []string{s.adminKey}
 	for i := 1; i < orgs; i++ {
@@ -431,36 +431,37 @@ func TestFaultAPIKilledMidIdempotentPOSTs(t *testing.T) {
 	_, newURL := startAPI()
 	killedAt := time.Now()
 	final := make([]created, len(requests))
+	retry := func(i int) {
+		r := requests[i]
+		url := survivorURL
+		if i%2 == 0 {
+			url = newURL
+		}
+		for {
+			a, err := postWithKey(url, r.apiKey, "/api/v1/webhooks", r.key, r.body)
+			if err != nil {
+				t.Errorf("retry %d: %v", i, err)
+				return
+			}
+			if a.status == 409 && bytes.Contains(a.body, []byte("idempotency_in_progress")) && time.Since(killedAt) < 60*time.Second {
+				time.Sleep(time.Second) // the dead process's claim has not run out yet
+				continue
+			}
+			if a.status != 201 {
+				t.Errorf("retry %d: %d %s", i, a.status, a.body)
+				return
+			}
+			final[i] = decode(a)
+			if first[i] != nil && (!a.replayed || !bytes.Equal(a.body, first[i].body)) {
+				t.Errorf("retry %d after a success: replayed %v, body %s, first %s", i, a.replayed, a.body, first[i].body)
+			}
+			return
+		}
+	}
 	for sender := range senders {
 		wg.Go(func() {
 			for i := sender; i < len(requests); i += senders {
-				r := requests[i]
-				url := survivorURL
-				if i%2 == 0 {
-					url = newURL
-				}
-				for {
-					a, err := postWithKey(url, r.apiKey, "/api/v1/webhooks", r.key, r.body)
-					if err != nil {
-						t.Errorf("retry %d: %v", i, err)
-						return
-					}
-					if a.status == 409 && bytes.Contains(a.body, []byte("idempotency_in_progress")) && time.Since(killedAt) < 60*time.Second {
-						time.Sleep(time.Second) // the dead process's claim has not run out yet
-						continue
-					}
-					if a.status != 201 {
-						t.Errorf("retry %d: %d %s", i, a.status, a.body)
-						return
-					}
-					final[i] = decode(a)
-					if first[i] != nil {
-						if !a.replayed || !bytes.Equal(a.body, first[i].body) {
-							t.Errorf("retry %d after a success: replayed %v, body %s, first %s", i, a.replayed, a.body, first[i].body)
-						}
-					}
-					return
-				}
+				retry(i)
 			}
 		})
 	}
