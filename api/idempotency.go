@@ -9,9 +9,11 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/uptrace/bun"
 
 	"github.com/mailyard/mailyard/internal/apperr"
 	"github.com/mailyard/mailyard/internal/store"
@@ -30,12 +32,14 @@ const (
 	// idempotencyRetention is how long a key and its answer are kept.
 	idempotencyRetention = 24 * time.Hour
 
-	// idempotencyLock is how long a claim lasts without an answer. A request
-	// whose process dies (SIGKILL, power loss) leaves its claim; two minutes
-	// later the same request, retried, runs again. It is far longer than any
-	// operation takes (Verify domain answers within 10 s), so a live claim is
-	// never taken over.
-	idempotencyLock = 2 * time.Minute
+	// idempotencyLock is how long a claim lasts without an answer. The
+	// request that holds it renews it every idempotencyRenewEvery while it
+	// runs, so a live claim is never taken over however long the operation
+	// takes; a request whose process dies (SIGKILL, power loss) leaves its
+	// claim, and at most idempotencyLock later the same request, retried,
+	// runs again (or gets the answer its operation stored, see answerInTx).
+	idempotencyLock       = 15 * time.Second
+	idempotencyRenewEvery = 5 * time.Second
 
 	// defaultIdempotencyWait is how long a request waits for the answer of the
 	// same request still running elsewhere before it answers 409
@@ -111,7 +115,7 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 		fail(apperr.Errorf(apperr.BadRequest, "", "cannot read the request body"))
 		return
 	}
-	rec := &recordingContext{innerContext: ctx, body: body, header: http.Header{}}
+	rec := &recordingContext{innerContext: ctx, ctx: ctx.Context(), body: body, header: http.Header{}}
 	if len(body) > maxBodyBytes {
 		next(rec) // answered 413 by the operation; nothing to remember
 		return
@@ -133,7 +137,7 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 			return
 		}
 		if row == nil {
-			s.answerOnce(rec, next, orgID, key, binding)
+			s.answerOnce(rec, next, &idempotencyClaim{orgID: orgID, key: key, binding: binding})
 			return
 		}
 		if !bytes.Equal(row.Fingerprint, fingerprint) {
@@ -162,12 +166,29 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 	}
 }
 
-// answerOnce runs the operation for a claimed key and keeps its answer, or
-// releases the key when the answer is worth retrying (or the handler panics).
-func (s *Server) answerOnce(rec *recordingContext, next func(huma.Context), orgID int64, key string, binding []byte) {
+// idempotencyClaim is the key a request claimed, for the operation it runs
+// (answerInTx).
+type idempotencyClaim struct {
+	orgID   int64
+	key     string
+	binding []byte
+	// savedInTx: the operation stored its answer in its own transaction.
+	savedInTx atomic.Bool
+}
+
+type idempotencyClaimKey struct{}
+
+// answerOnce runs the operation for a claimed key, renewing the claim while
+// it runs, and keeps its answer, or releases the key when the answer is worth
+// retrying (or the handler panics).
+func (s *Server) answerOnce(rec *recordingContext, next func(huma.Context), claim *idempotencyClaim) {
+	orgID, key, binding := claim.orgID, claim.key, claim.binding
 	ctx := context.WithoutCancel(rec.innerContext.Context())
 	answered := false
+	renewing := make(chan struct{})
+	go s.renewIdempotencyClaim(ctx, claim, renewing)
 	defer func() {
+		close(renewing)
 		if answered {
 			return
 		}
@@ -175,6 +196,7 @@ func (s *Server) answerOnce(rec *recordingContext, next func(huma.Context), orgI
 			s.logger.ErrorContext(ctx, "releasing an idempotency key", "request_id", RequestID(ctx), "error", err)
 		}
 	}()
+	rec.ctx = context.WithValue(rec.ctx, idempotencyClaimKey{}, claim)
 	next(rec)
 	status := rec.status
 	if status == 0 {
@@ -187,16 +209,83 @@ func (s *Server) answerOnce(rec *recordingContext, next func(huma.Context), orgI
 	if err == nil {
 		var sealed []byte
 		if sealed, err = s.box.Seal(plain, binding); err == nil {
-			err = s.store.SaveIdempotentResponse(ctx, orgID, key, status, sealed)
+			if claim.savedInTx.Load() && status >= 200 && status < 300 {
+				// The operation committed with its answer; keep the answer as
+				// it was sent, headers included.
+				err = s.store.ReplaceIdempotentResponse(ctx, orgID, key, status, sealed)
+			} else {
+				err = s.store.SaveIdempotentResponse(ctx, orgID, key, status, sealed)
+			}
 		}
 	}
 	if err != nil {
+		if claim.savedInTx.Load() {
+			answered = true // the answer stored with the operation stays
+		}
 		// The client has its answer; a retry with the key will run the
 		// operation again once the claim is released.
 		s.logger.ErrorContext(ctx, "storing an idempotent answer", "request_id", RequestID(ctx), "error", err)
 		return
 	}
 	answered = true
+}
+
+// renewIdempotencyClaim moves the claim's lock forward until done closes.
+func (s *Server) renewIdempotencyClaim(ctx context.Context, claim *idempotencyClaim, done <-chan struct{}) {
+	t := time.NewTicker(idempotencyRenewEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			if err := s.store.ExtendIdempotencyClaim(ctx, claim.orgID, claim.key, idempotencyLock); err != nil {
+				s.logger.WarnContext(ctx, "renewing an idempotency key's claim", "request_id", RequestID(ctx), "error", err)
+			}
+		}
+	}
+}
+
+// errAnsweredMeanwhile: the key's claim was taken over while this request ran
+// (its lock ran out) and the other request answered first; this request's
+// operation is rolled back.
+var errAnsweredMeanwhile = apperr.Errorf(apperr.IdempotencyInProgress, "idempotency key",
+	"a request with this Idempotency-Key was answered meanwhile; retry to get its answer")
+
+// answerInTx makes the store's creation run with the returned context store
+// the request's idempotent answer in its own transaction (store.WithCommitHook):
+// an API process killed between the commit and the answer's usual saving
+// still leaves the answer, and a retry gets it instead of creating a second
+// resource. status and answer are what the operation answers once it
+// succeeds. Without an Idempotency-Key, ctx is returned as it is.
+func (s *Server) answerInTx(ctx context.Context, status int, answer func() any) context.Context {
+	claim, ok := ctx.Value(idempotencyClaimKey{}).(*idempotencyClaim)
+	if !ok {
+		return ctx
+	}
+	return store.WithCommitHook(ctx, func(ctx context.Context, tx bun.Tx) error {
+		var body bytes.Buffer
+		if err := s.api.Marshal(&body, "application/json", answer()); err != nil {
+			return err
+		}
+		plain, err := json.Marshal(storedAnswer{Header: http.Header{"Content-Type": {"application/json"}}, Body: body.Bytes()})
+		if err != nil {
+			return err
+		}
+		sealed, err := s.box.Seal(plain, claim.binding)
+		if err != nil {
+			return err
+		}
+		saved, err := store.SaveIdempotentResponseIn(ctx, tx, claim.orgID, claim.key, status, sealed)
+		if err != nil {
+			return err
+		}
+		if !saved {
+			return errAnsweredMeanwhile
+		}
+		claim.savedInTx.Store(true)
+		return nil
+	})
 }
 
 // replay writes a key's stored answer.
@@ -256,6 +345,8 @@ type innerContext huma.Context
 // and keeps a copy of what it answers.
 type recordingContext struct {
 	innerContext
+	// ctx is the request's context with the claim (answerInTx).
+	ctx    context.Context
 	body   []byte
 	status int
 	header http.Header
@@ -263,6 +354,8 @@ type recordingContext struct {
 }
 
 func (c *recordingContext) BodyReader() io.Reader { return bytes.NewReader(c.body) }
+
+func (c *recordingContext) Context() context.Context { return c.ctx }
 
 func (c *recordingContext) SetStatus(code int) {
 	c.status = code

@@ -170,13 +170,18 @@ func (s *Server) createWebhook(ctx context.Context, in *CreateWebhookInput) (*Re
 		return nil, err
 	}
 	w := &store.Webhook{OrganizationID: principalFrom(ctx).OrganizationID, URL: in.Body.URL, EventTypes: eventtype.Strings(in.Body.EventTypes)}
-	err = s.store.CreateWebhook(ctx, w, MaxWebhooksPerOrganization, func(id int64) ([]byte, error) {
+	answer := func() *Response[CreateWebhookData] {
+		return respond(CreateWebhookData{Webhook: webhookFromStore(w), SigningSecret: secret})
+	}
+	// With an Idempotency-Key the answer commits with the webhook.
+	txCtx := s.answerInTx(ctx, http.StatusCreated, func() any { return answer().Body })
+	err = s.store.CreateWebhook(txCtx, w, MaxWebhooksPerOrganization, func(id int64) ([]byte, error) {
 		return box.Seal([]byte(secret), store.WebhookSecretBinding(id))
 	})
 	if err != nil {
 		return nil, err
 	}
-	return respond(CreateWebhookData{Webhook: webhookFromStore(w), SigningSecret: secret}), nil
+	return answer(), nil
 }
 
 func (s *Server) listWebhooks(ctx context.Context, in *ListWebhooksInput) (*Response[WebhookList], error) {

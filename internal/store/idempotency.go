@@ -121,6 +121,46 @@ func (s *Store) SaveIdempotentResponse(ctx context.Context, orgID int64, key str
 	return err
 }
 
+// SaveIdempotentResponseIn stores the answer of a claimed key within db (the
+// transaction of the operation it answers) and reports whether it did: false
+// when the key holds an answer already or is no longer claimed.
+func SaveIdempotentResponseIn(ctx context.Context, db bun.IDB, orgID int64, key string, status int, sealed []byte) (bool, error) {
+	res, err := db.NewUpdate().Model((*IdempotencyKey)(nil)).
+		Set("response_status = ?", status).Set("response_enc = ?", sealed).Set("locked_until = NULL").
+		Where("organization_id = ?", orgID).Where("idempotency_key = ?", key).
+		Where("response_status IS NULL").
+		Exec(ctx)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// ReplaceIdempotentResponse overwrites the answer of a key whose operation
+// stored it in its own transaction (SaveIdempotentResponseIn) with the answer
+// as it was sent, headers included.
+func (s *Store) ReplaceIdempotentResponse(ctx context.Context, orgID int64, key string, status int, sealed []byte) error {
+	_, err := s.DB.NewUpdate().Model((*IdempotencyKey)(nil)).
+		Set("response_status = ?", status).Set("response_enc = ?", sealed).Set("locked_until = NULL").
+		Where("organization_id = ?", orgID).Where("idempotency_key = ?", key).
+		Exec(ctx)
+	return err
+}
+
+// ExtendIdempotencyClaim keeps a claim alive while its request runs: the lock
+// moves to lockFor from now. A claim that is answered or released is left as
+// it is.
+func (s *Store) ExtendIdempotencyClaim(ctx context.Context, orgID int64, key string, lockFor time.Duration) error {
+	lockedUntil := now().Add(lockFor)
+	_, err := s.DB.NewUpdate().Model((*IdempotencyKey)(nil)).
+		Set("locked_until = ?", lockedUntil).
+		Where("organization_id = ?", orgID).Where("idempotency_key = ?", key).
+		Where("response_status IS NULL").
+		Exec(ctx)
+	return err
+}
+
 // ReleaseIdempotencyKey gives up a claim without an answer (the operation
 // failed in a way worth retrying): the next request with the key runs it.
 func (s *Store) ReleaseIdempotencyKey(ctx context.Context, orgID int64, key string) error {

@@ -2,9 +2,12 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/uptrace/bun"
 
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/testenv"
@@ -108,6 +111,53 @@ func TestIdempotencyKeyClaims(t *testing.T) {
 		}
 		if _, err := st.IdempotencyKey(ctx, org.ID, "k2"); err != nil {
 			t.Fatalf("sweep removed a live key: %v", err)
+		}
+	})
+}
+
+// A webhook created with an answer saved in its transaction: both commit, or
+// neither when the key was answered meanwhile; a live claim is renewed.
+func TestIdempotentAnswerCommitsWithTheWebhook(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		org, err := st.CreateOrganizationWithKey(ctx, "acme", &store.APIKey{Label: "b", Username: "b", Prefix: "p", Digest: []byte("d"), Permissions: store.Permissions{"admin"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if row, err := st.ClaimIdempotencyKey(ctx, org.ID, "k", []byte("fp"), time.Second, time.Hour); err != nil || row != nil {
+			t.Fatalf("claim: %v %v", row, err)
+		}
+		if err := st.ExtendIdempotencyClaim(ctx, org.ID, "k", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if row, _ := st.IdempotencyKey(ctx, org.ID, "k"); row.LockedUntil == nil || time.Until(*row.LockedUntil) < 50*time.Minute {
+			t.Fatalf("claim not renewed: %+v", row)
+		}
+		create := func(u string) (*store.Webhook, error) {
+			w := &store.Webhook{OrganizationID: org.ID, URL: u, EventTypes: []string{"delivered"}}
+			hookCtx := store.WithCommitHook(ctx, func(ctx context.Context, tx bun.Tx) error {
+				saved, err := store.SaveIdempotentResponseIn(ctx, tx, org.ID, "k", 201, []byte("answer"))
+				if err == nil && !saved {
+					err = errors.New("answered meanwhile")
+				}
+				return err
+			})
+			return w, st.CreateWebhook(hookCtx, w, 20, func(int64) ([]byte, error) { return []byte("secret"), nil })
+		}
+		if _, err := create("https://a.example/1"); err != nil {
+			t.Fatal(err)
+		}
+		row, _ := st.IdempotencyKey(ctx, org.ID, "k")
+		if row.ResponseStatus == nil || *row.ResponseStatus != 201 || string(row.ResponseEnc) != "answer" || row.LockedUntil != nil {
+			t.Fatalf("key after the creation: %+v", row)
+		}
+		// A second creation under the answered key rolls back.
+		if _, err := create("https://a.example/2"); err == nil || err.Error() != "answered meanwhile" {
+			t.Fatalf("second creation: %v", err)
+		}
+		if n, err := st.DB.NewSelect().Model((*store.Webhook)(nil)).Count(ctx); err != nil || n != 1 {
+			t.Fatalf("%d webhooks: %v", n, err)
 		}
 	})
 }

@@ -106,8 +106,10 @@ func (s *Store) CreateWebhook(ctx context.Context, w *Webhook, limit int, seal f
 			return err
 		}
 		w.SecretEnc = enc
-		_, err = tx.NewUpdate().Model(w).Column("secret_enc").WherePK().Exec(ctx)
-		return err
+		if _, err = tx.NewUpdate().Model(w).Column("secret_enc").WherePK().Exec(ctx); err != nil {
+			return err
+		}
+		return runCommitHook(ctx, tx)
 	})
 }
 
