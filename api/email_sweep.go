@@ -14,7 +14,7 @@ const (
 	// unstartedEmailAge is how old an email no workflow has accepted must be
 	// before the sweep asks Temporal about it: far longer than a request takes
 	// from storing an email to starting its workflow (startEmailTimeout).
-	unstartedEmailAge = 10 * time.Minute
+	unstartedEmailAge = 2 * time.Minute
 
 	// startEmailTimeout bounds the start of an email's workflow: a request
 	// that cannot start it in that time removes the email and answers 503.
@@ -22,39 +22,51 @@ const (
 
 	// unstartedEmailSweepEvery is how often the sweep runs, and
 	// unstartedEmailBatch how many emails one pass looks at.
-	unstartedEmailSweepEvery = 5 * time.Minute
+	unstartedEmailSweepEvery = time.Minute
 	unstartedEmailBatch      = 100
 )
 
-// SweepUnstartedEmails removes emails whose workflow never started: their API
-// process died (SIGKILL, power loss) between storing the email and starting
-// the workflow. The client got no answer, nothing was sent or counted, and the
-// email would otherwise stay queued for ever; a client that sends the request
-// again (with the same Idempotency-Key or not) gets a new email. An email
-// whose workflow exists, running or not, is left alone. It returns how many
-// emails it removed.
-func (s *Server) SweepUnstartedEmails(ctx context.Context) (int, error) {
-	ids, err := s.store.UnacceptedEmailsBefore(ctx, time.Now().Add(-unstartedEmailAge), unstartedEmailBatch)
+// SweepUnstartedEmails finishes what an API process left undone when it died
+// (SIGKILL, power loss) between storing an email and starting its workflow,
+// which would otherwise leave the email queued for ever:
+//   - an email whose answer committed with it (a request with an
+//     Idempotency-Key: the client gets that answer when it retries) has its
+//     workflow started;
+//   - any other email is removed: the client got no answer, nothing was sent
+//     or counted, and its retry is the email that is sent.
+//
+// An email whose workflow exists, running or not, is left alone. It returns
+// how many emails it started and removed.
+func (s *Server) SweepUnstartedEmails(ctx context.Context) (started, removed int, err error) {
+	emails, err := s.store.UnacceptedEmailsBefore(ctx, time.Now().Add(-unstartedEmailAge), unstartedEmailBatch)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	removed := 0
-	for _, id := range ids {
-		_, err := s.temporal.DescribeWorkflowExecution(ctx, email.WorkflowID(id), "")
+	for i := range emails {
+		e := &emails[i]
+		_, err := s.temporal.DescribeWorkflowExecution(ctx, email.WorkflowID(e.ID), "")
 		var notFound *serviceerror.NotFound
 		if !errors.As(err, &notFound) {
 			if err != nil {
-				return removed, err // Temporal unreachable: try again next pass
+				return started, removed, err // Temporal unreachable: try again next pass
 			}
 			continue // started; waiting for a worker
 		}
-		if err := s.store.DeleteUnstartedEmail(ctx, id); err != nil {
-			return removed, err
+		if e.Answered {
+			if err := s.startEmail(ctx, e); err != nil {
+				return started, removed, err
+			}
+			s.logger.InfoContext(ctx, "started the workflow of an answered email whose API process died first", "email_id", e.ID)
+			started++
+			continue
 		}
-		s.logger.InfoContext(ctx, "removed an email whose workflow never started", "email_id", id)
+		if err := s.store.DeleteUnstartedEmail(ctx, e.ID); err != nil {
+			return started, removed, err
+		}
+		s.logger.InfoContext(ctx, "removed an unanswered email whose workflow never started", "email_id", e.ID)
 		removed++
 	}
-	return removed, nil
+	return started, removed, nil
 }
 
 // sweepUnstartedEmails runs SweepUnstartedEmails every
@@ -69,7 +81,7 @@ func (s *Server) sweepUnstartedEmails(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if _, err := s.SweepUnstartedEmails(ctx); err != nil && ctx.Err() == nil {
+		if _, _, err := s.SweepUnstartedEmails(ctx); err != nil && ctx.Err() == nil {
 			s.logger.WarnContext(ctx, "sweeping unstarted emails", "error", err)
 		}
 	}

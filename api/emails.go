@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/mail"
 	"time"
@@ -214,19 +215,28 @@ func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[Q
 		FromAddress: displayAddress(msg.From), To: addressStrings(msg.To), Cc: addressStrings(msg.Cc),
 		Subject: msg.Subject, Content: content,
 	}
-	if err := s.store.CreateEmail(ctx, e, msg.Recipients()); err != nil {
+	answer := func() *Response[QueuedEmailData] {
+		return respond(QueuedEmailData{Email: QueuedEmail{ID: e.ID, Status: e.Status, CreatedAt: e.CreatedAt.UTC()}})
+	}
+	// With an Idempotency-Key the answer commits with the email: a retry after
+	// this process dies gets the same email, whose workflow the sweep starts
+	// if this process could not (SweepUnstartedEmails).
+	txCtx := s.answerInTx(ctx, http.StatusAccepted, func() any { return answer().Body })
+	if err := s.store.CreateEmail(txCtx, e, msg.Recipients()); err != nil {
 		return nil, err
 	}
 	if err := s.startEmail(ctx, e); err != nil {
 		s.logger.WarnContext(ctx, "email stored but its workflow did not start; removing it", "request_id", RequestID(ctx), "email_id", e.ID, "error", err)
-		// Nothing has been sent or counted yet: removing the email leaves
-		// no trace, and the client can send the same request again.
-		if derr := s.store.DeleteUnstartedEmail(context.WithoutCancel(ctx), e.ID); derr != nil {
+		// Nothing has been sent or counted yet: removing the email (and the
+		// answer stored with it) leaves no trace, and the client can send the
+		// same request again.
+		undo := context.WithoutCancel(ctx)
+		if derr := errors.Join(s.store.DeleteUnstartedEmail(undo, e.ID), s.undoAnswerInTx(undo)); derr != nil {
 			s.logger.ErrorContext(ctx, "remove unstarted email", "email_id", e.ID, "error", derr)
 		}
 		return nil, newError(CodeUnavailable, "the email could not be queued; nothing was sent, send it again")
 	}
-	return respond(QueuedEmailData{Email: QueuedEmail{ID: e.ID, Status: e.Status, CreatedAt: e.CreatedAt.UTC()}}), nil
+	return answer(), nil
 }
 
 // startEmail starts the email's workflow with the schedule and retention in

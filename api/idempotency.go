@@ -230,6 +230,21 @@ func (s *Server) answerOnce(rec *recordingContext, next func(huma.Context), clai
 	answered = true
 }
 
+// undoAnswerInTx removes the answer an operation stored with its creation
+// (answerInTx) when the operation is undone after all, so that a retry runs it
+// again instead of getting an answer about something that no longer exists.
+func (s *Server) undoAnswerInTx(ctx context.Context) error {
+	claim, ok := ctx.Value(idempotencyClaimKey{}).(*idempotencyClaim)
+	if !ok || !claim.savedInTx.Load() {
+		return nil
+	}
+	if err := s.store.ForgetIdempotencyKey(ctx, claim.orgID, claim.key); err != nil {
+		return err
+	}
+	claim.savedInTx.Store(false)
+	return nil
+}
+
 // renewIdempotencyClaim moves the claim's lock forward until done closes.
 func (s *Server) renewIdempotencyClaim(ctx context.Context, claim *idempotencyClaim, done <-chan struct{}) {
 	t := time.NewTicker(idempotencyRenewEvery)

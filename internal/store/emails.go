@@ -51,7 +51,11 @@ type Email struct {
 	SignedMessage []byte     `bun:"signed_message"`
 	DKIMSelector  *string    `bun:"dkim_selector"`
 	AcceptedAt    *time.Time `bun:"accepted_at"`
-	CreatedAt     time.Time  `bun:"created_at,notnull"`
+	// Answered: the client got the email's id in an answer that committed
+	// with the email (WithCommitHook), so it must be sent even if the API
+	// process died before starting its workflow.
+	Answered  bool      `bun:"answered,notnull"`
+	CreatedAt time.Time `bun:"created_at,notnull"`
 	SentAt        *time.Time `bun:"sent_at"`
 	ErasedAt      *time.Time `bun:"erased_at"`
 }
@@ -106,10 +110,10 @@ func (r *EmailRecipient) Final() bool {
 }
 
 // CreateEmail stores an email and its recipients (all queued) in one
-// transaction.
+// transaction, with the commit hook of ctx (WithCommitHook), if any.
 func (s *Store) CreateEmail(ctx context.Context, e *Email, recipients []string) error {
 	at := now()
-	e.CreatedAt, e.Status = at, EmailQueued
+	e.CreatedAt, e.Status, e.Answered = at, EmailQueued, hasCommitHook(ctx)
 	rows := make([]EmailRecipient, len(recipients))
 	for i, addr := range recipients {
 		rows[i] = EmailRecipient{EmailID: e.ID, Position: i, Address: addr, Status: RecipientQueued, UpdatedAt: at}
@@ -118,8 +122,10 @@ func (s *Store) CreateEmail(ctx context.Context, e *Email, recipients []string) 
 		if _, err := tx.NewInsert().Model(e).Exec(ctx); err != nil {
 			return err
 		}
-		_, err := tx.NewInsert().Model(&rows).Exec(ctx)
-		return err
+		if _, err := tx.NewInsert().Model(&rows).Exec(ctx); err != nil {
+			return err
+		}
+		return runCommitHook(ctx, tx)
 	})
 }
 
@@ -144,14 +150,14 @@ func (s *Store) DeleteUnstartedEmail(ctx context.Context, id string) error {
 	})
 }
 
-// UnacceptedEmailsBefore returns the ids of up to limit emails created before
-// cutoff that no workflow has accepted, oldest first.
-func (s *Store) UnacceptedEmailsBefore(ctx context.Context, cutoff time.Time, limit int) ([]string, error) {
-	var ids []string
-	err := s.DB.NewSelect().Model((*Email)(nil)).Column("id").
+// UnacceptedEmailsBefore returns up to limit emails created before cutoff
+// that no workflow has accepted, oldest first, without their content.
+func (s *Store) UnacceptedEmailsBefore(ctx context.Context, cutoff time.Time, limit int) ([]Email, error) {
+	emails := []Email{}
+	err := s.DB.NewSelect().Model(&emails).Column("id", "organization_id", "domain_id", "answered", "created_at").
 		Where("accepted_at IS NULL").Where("created_at < ?", cutoff).
-		OrderExpr("created_at").Limit(int64(limit)).Scan(ctx, &ids)
-	return ids, err
+		OrderExpr("created_at").Limit(int64(limit)).Scan(ctx)
+	return emails, err
 }
 
 // EmailScope limits what a key sees of the organization's emails: a

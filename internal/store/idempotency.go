@@ -171,6 +171,15 @@ func (s *Store) ReleaseIdempotencyKey(ctx context.Context, orgID int64, key stri
 	return err
 }
 
+// ForgetIdempotencyKey removes a key with whatever answer it holds: the
+// operation that stored the answer was undone, and a retry must run it again.
+func (s *Store) ForgetIdempotencyKey(ctx context.Context, orgID int64, key string) error {
+	_, err := s.DB.NewDelete().Model((*IdempotencyKey)(nil)).
+		Where("organization_id = ?", orgID).Where("idempotency_key = ?", key).
+		Exec(ctx)
+	return err
+}
+
 // DeleteExpiredIdempotencyKeys removes the keys that expired by at and
 // returns how many.
 func (s *Store) DeleteExpiredIdempotencyKeys(ctx context.Context, at time.Time) (int64, error) {
