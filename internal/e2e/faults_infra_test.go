@@ -46,12 +46,14 @@ func TestFaultTemporalOutage(t *testing.T) {
 	// The server stops with deliveries and email attempts in flight: the
 	// first third of the events is still being ingested.
 	first := l.send(0)
-	testenv.Eventually(t, 2*time.Minute, "the first deliveries", func() bool { return rcv.distinct() >= 30 })
+	l.waitInFlight()
 	if n := l.refused.Load(); n != 0 {
 		t.Fatalf("%d requests refused with Temporal up", n)
 	}
 	temporal.Stop()
 	down := time.Now()
+	// The held email's worker learns it was delivered, and cannot tell Temporal.
+	l.release()
 	accepted, queued := l.accepted()
 	t.Logf("Temporal stopped: %d deliveries arrived, %d events and %d emails accepted", rcv.distinct(), accepted, queued)
 	during := l.send(1)
@@ -98,6 +100,12 @@ type infraLoad struct {
 	webhookID      int64
 	events, emails int
 
+	// held is closed when the mail server holds the answer to the third
+	// message it kept, until release: an email attempt in flight that the
+	// fault catches.
+	held    chan struct{}
+	release func()
+
 	mu       sync.Mutex
 	want     map[string]bool // delivery ids the ingest answered
 	emailIDs map[string]bool // ids of the queued emails
@@ -105,18 +113,45 @@ type infraLoad struct {
 }
 
 // startInfraLoad verifies shop.example, creates its send key and a webhook
-// for delivered and bounced events at rcv, and routes rcpt.example to mx.
+// for delivered and bounced events at rcv, and routes rcpt.example to mx,
+// which holds its answer to the third message until l.release.
 func startInfraLoad(t *testing.T, s *stack, rcv *hookReceiver, mx *mxServer, events, emails int) *infraLoad {
 	t.Helper()
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	mx.route(t, s.customer)
 	domainID, _, _ := verifiedDomain(t, s, "shop.example")
 	l := &infraLoad{t: t, s: s, rcv: rcv, mx: mx, events: events, emails: emails, want: map[string]bool{}, emailIDs: map[string]bool{}}
+	l.held = make(chan struct{})
+	released := make(chan struct{})
+	var once sync.Once
+	l.release = func() { once.Do(func() { close(released) }) }
+	t.Cleanup(l.release)
+	mx.beforeAnswer = func(kept int) {
+		if kept == 3 {
+			close(l.held)
+			<-released
+		}
+	}
 	l.sendKey = s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": domainID, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
 	created := s.call("POST", "/api/v1/webhooks", map[string]any{"url": rcv.URL + "/hook", "event_types": []string{"delivered", "bounced"}}, 201)
 	rcv.secret = created["signing_secret"].(string)
 	l.webhookID = int64(created["webhook"].(map[string]any)["id"].(float64))
 	return l
+}
+
+// waitInFlight waits until the fault can catch work in flight: deliveries
+// have begun to arrive and an email attempt waits for the mail server's
+// answer.
+func (l *infraLoad) waitInFlight() {
+	l.t.Helper()
+	testenv.Eventually(l.t, 2*time.Minute, "the first deliveries and a held email", func() bool {
+		select {
+		case <-l.held:
+			return l.rcv.distinct() >= 30
+		default:
+			return false
+		}
+	})
 }
 
 // send ingests the phase-th third of the events (ten at a time, each sent
@@ -337,12 +372,14 @@ func TestFaultPostgresRestart(t *testing.T) {
 	l := startInfraLoad(t, s, rcv, mx, events, emails)
 
 	first := l.send(0)
-	testenv.Eventually(t, 2*time.Minute, "the first deliveries", func() bool { return rcv.distinct() >= 30 })
+	l.waitInFlight()
 	if n := l.refused.Load(); n != 0 {
 		t.Fatalf("%d requests refused with the database up", n)
 	}
 	pg.Stop()
 	down := time.Now()
+	// The held email's worker learns it was delivered, and cannot record it.
+	l.release()
 	accepted, queued := l.accepted()
 	t.Logf("PostgreSQL stopped: %d deliveries arrived, %d events and %d emails accepted", rcv.distinct(), accepted, queued)
 	during := l.send(1)
