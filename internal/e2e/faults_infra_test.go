@@ -43,8 +43,8 @@ func TestFaultTemporalOutage(t *testing.T) {
 	s := startTopology(t, topology{temporal: temporal.Address, apis: 1, workers: 1, env: infraFaultEnv(mx, caFile)})
 	l := startInfraLoad(t, s, rcv, mx, events, emails)
 
-	// The server stops with deliveries and email attempts in flight: the
-	// first third of the events is still being ingested.
+	// The server stops with the first third's deliveries in flight and an
+	// email attempt waiting for the mail server's answer.
 	first := l.send(0)
 	l.waitInFlight()
 	if n := l.refused.Load(); n != 0 {
