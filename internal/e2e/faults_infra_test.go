@@ -62,6 +62,7 @@ func TestFaultTemporalOutage(t *testing.T) {
 	// Temporal client has given up retrying (its RPC time-out, 10 s).
 	probeUnavailable(t, "ingest", l.ingestRequest(events/3), 30*time.Second)
 	probeUnavailable(t, "send email", l.sendRequest("probe@rcpt.example"), 30*time.Second)
+	l.probeReadiness("temporal", "database")
 	// Reading needs the database only.
 	if got := s.callAs(l.sendKey, "GET", "/api/v1/emails?limit=1", nil, 200)["emails"].([]any); len(got) == 0 {
 		t.Fatal("listing emails without Temporal shows none")
@@ -216,8 +217,8 @@ func (l *infraLoad) sendRequest(rcpt string) *http.Request {
 
 // probeUnavailable sends req and fails the test unless the answer is a 503
 // in the error format, code unavailable, within limit: a client must learn
-// to retry, not hang or read a 500.
-func probeUnavailable(t *testing.T, what string, req *http.Request, limit time.Duration) {
+// to retry, not hang or read a 500. It returns the answer's body.
+func probeUnavailable(t *testing.T, what string, req *http.Request, limit time.Duration) []byte {
 	t.Helper()
 	start := time.Now()
 	res, err := (&http.Client{Timeout: time.Minute}).Do(req)
@@ -241,6 +242,18 @@ func probeUnavailable(t *testing.T, what string, req *http.Request, limit time.D
 		t.Fatalf("%s during the outage took %s to answer", what, took.Round(time.Millisecond))
 	}
 	t.Logf("%s during the outage: 503 in %s: %s", what, took.Round(time.Millisecond), env.Error.Message)
+	return raw
+}
+
+// probeReadiness checks that GET /readyz names the dependency that is down,
+// and only it.
+func (l *infraLoad) probeReadiness(down, up string) {
+	l.t.Helper()
+	req, _ := http.NewRequest("GET", l.s.apiURL+"/readyz", nil)
+	raw := probeUnavailable(l.t, "readyz", req, 30*time.Second)
+	if !bytes.Contains(raw, []byte(`"location":"`+down+`"`)) || bytes.Contains(raw, []byte(`"location":"`+up+`"`)) {
+		l.t.Fatalf("readyz with %s down and %s up: %s", down, up, raw)
+	}
 }
 
 // check waits for the run to settle and fails the test unless nothing was
@@ -256,6 +269,9 @@ func (l *infraLoad) check() {
 	}
 	if len(l.want) != l.events || len(l.emailIDs) != l.emails {
 		t.Fatalf("accepted %d of %d events and %d of %d emails", len(l.want), l.events, len(l.emailIDs), l.emails)
+	}
+	if got := s.call("GET", "/readyz", nil, 200)["status"]; got != "ok" {
+		t.Fatalf("readyz after the fault: %v", got)
 	}
 
 	for id := range l.emailIDs {
@@ -391,6 +407,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 	list, _ := http.NewRequest("GET", s.apiURL+"/api/v1/emails", nil)
 	list.Header.Set("Authorization", "Bearer "+l.sendKey)
 	probeUnavailable(t, "list emails", list, 5*time.Second)
+	l.probeReadiness("database", "temporal")
 	testenv.Eventually(t, time.Minute, "senders refused during the outage", func() bool { return l.refused.Load() >= 5 })
 	time.Sleep(outage - time.Since(down))
 	pg.Start()
