@@ -41,6 +41,8 @@ type stack struct {
 	// worker is the worker process (nil when the worker runs in the test
 	// process); a test may kill it and start another.
 	worker *testenv.Process
+	// dns is the `mailyard dns` process startDNS started.
+	dns *testenv.Process
 	// metricsURL is each process's /metrics: the API's internal listener,
 	// and MAILYARD_METRICS_ADDR of worker and dns.
 	metricsURL map[string]string
@@ -67,6 +69,9 @@ type topology struct {
 	apis      int      // api processes, each with listeners of its own
 	workers   int      // worker processes, each with a metrics listener of its own
 	env       []string // added to every process's environment
+	// database is MAILYARD_DATABASE_URL; empty: a fresh database on the
+	// shared test server (testenv.PostgresURL).
+	database string
 }
 
 // startTopology is startStack with apis × api and workers × worker (and one
@@ -113,7 +118,10 @@ func prepareTopology(t *testing.T, top topology) *stack {
 	if top.namespace == "" {
 		top.namespace = "default"
 	}
-	s := &stack{t: t, customer: testenv.StartDNSZone(t), temporal: top.temporal, namespace: top.namespace, databaseURL: testenv.PostgresURL(t)}
+	if top.database == "" {
+		top.database = testenv.PostgresURL(t)
+	}
+	s := &stack{t: t, customer: testenv.StartDNSZone(t), temporal: top.temporal, namespace: top.namespace, databaseURL: top.database}
 	s.httpAddr = testenv.FreeAddr(t)
 	internalAddr, workerMetrics, dnsMetrics := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
 	s.dnsAddr = testenv.FreeAddr(t)
@@ -153,7 +161,7 @@ func prepareTopology(t *testing.T, top topology) *stack {
 func (s *stack) startDNS() {
 	t := s.t
 	t.Helper()
-	testenv.Start(t, slices.Concat(s.env, []string{s.metricsEnv["dns"]}), "dns")
+	s.dns = testenv.Start(t, slices.Concat(s.env, []string{s.metricsEnv["dns"]}), "dns")
 	testenv.WaitListening(t, s.httpAddr, 30*time.Second)
 	testenv.WaitListening(t, s.dnsAddr, 30*time.Second)
 

@@ -1,6 +1,7 @@
 // Package testenv gives tests the real components they talk to: a throwaway
-// PostgreSQL database, a SQLite file, a Temporal dev server, and the real
-// Temporal server on PostgreSQL (StartRealTemporal).
+// PostgreSQL database, a PostgreSQL server of a test's own that it may stop
+// and start (StartPostgres), a SQLite file, a Temporal dev server, and the
+// real Temporal server on PostgreSQL (StartRealTemporal).
 package testenv
 
 import (
