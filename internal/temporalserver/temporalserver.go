@@ -180,7 +180,7 @@ func (s *Server) Start(ctx context.Context) error {
 	defer cancel()
 	if err := s.waitUsable(ctx); err != nil {
 		s.Stop()
-		return fmt.Errorf("Temporal server at %s: %w; the end of its log:\n%s", s.Address, err, last.String())
+		return fmt.Errorf("the Temporal server at %s: %w; the end of its log:\n%s", s.Address, err, last.String())
 	}
 	return nil
 }
