@@ -8,10 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mailyard/mailyard/internal/freeport"
 )
 
 var (
@@ -62,9 +65,7 @@ func Start(t testing.TB, env []string, args ...string) *Process {
 // StartIn is Start in the working directory dir ("" for the test's own).
 func StartIn(t testing.TB, dir string, env []string, args ...string) *Process {
 	t.Helper()
-	cmd := exec.Command(Binary(t), args...)
-	cmd.Dir = dir
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	cmd := mailyardCommand(t, dir, env, args...)
 	p := &Process{cmd: cmd, output: &SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.output, p.output
 	if err := cmd.Start(); err != nil {
@@ -78,6 +79,42 @@ func StartIn(t testing.TB, dir string, env []string, args ...string) *Process {
 		}
 	})
 	return p
+}
+
+// Run runs the binary with args and env (as Start) to completion, a short-lived
+// subcommand such as `migrate up`, and returns its output (stdout and stderr).
+// The test fails if the command does, or takes more than 3 minutes.
+func Run(t testing.TB, env []string, args ...string) string {
+	t.Helper()
+	cmd := mailyardCommand(t, "", env, args...)
+	var out SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("mailyard %v: %v\n%s", args, err, out.String())
+		}
+	case <-time.After(3 * time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("mailyard %v did not end within 3 minutes:\n%s", args, out.String())
+	}
+	return out.String()
+}
+
+// mailyardCommand is the binary with args, in dir, with env added to a minimal
+// environment.
+func mailyardCommand(t testing.TB, dir string, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(Binary(t), args...)
+	cmd.Dir = dir
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	return cmd
 }
 
 // Stop sends SIGTERM and waits (SIGKILL after 15 s).
@@ -118,15 +155,15 @@ func (p *Process) ExitCode() int {
 // Output is what the process printed so far.
 func (p *Process) Output() string { return p.output.String() }
 
-// FreeAddr returns a loopback host:port nobody listens on right now.
+// FreeAddr returns a loopback host:port nobody listens on right now (see
+// internal/freeport).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 // WaitListening waits until addr accepts TCP connections.
