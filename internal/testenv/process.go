@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -24,6 +25,9 @@ var (
 )
 
 // Binary builds the mailyard command once per test process and returns its path.
+// Under the race detector (go test -race) it is built with -race as well, so a
+// data race in the api, worker or dns process fails the test that ran it (see
+// checkRace).
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -35,7 +39,11 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "mailyard")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/mailyard")
+		args := []string{"build", "-o", binPath}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, "./cmd/mailyard")...)
 		cmd.Dir = root
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -74,11 +82,28 @@ func StartIn(t testing.TB, dir string, env []string, args ...string) *Process {
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		p.Stop()
+		checkRace(t, args, p.ExitCode(), p.output.String())
 		if t.Failed() {
 			t.Logf("output of mailyard %v:\n%s", args, p.output.String())
 		}
 	})
 	return p
+}
+
+// raceExitCode is the status a program built with -race exits with when it
+// found a data race (GORACE exitcode, 66 unless set).
+const raceExitCode = 66
+
+// checkRace fails the test if a mailyard process reported a data race: its
+// report in the output (also when the process was killed), or the race
+// detector's exit status.
+func checkRace(t testing.TB, args []string, exitCode int, output string) bool {
+	t.Helper()
+	if !raceEnabled || !strings.Contains(output, "WARNING: DATA RACE") && exitCode != raceExitCode {
+		return false
+	}
+	t.Errorf("mailyard %v reported a data race (exit status %d); its output is below", args, exitCode)
+	return true
 }
 
 // Run runs the binary with args and env (as Start) to completion, a short-lived
@@ -96,7 +121,7 @@ func Run(t testing.TB, env []string, args ...string) string {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		if err != nil {
+		if raced := checkRace(t, args, cmd.ProcessState.ExitCode(), out.String()); err != nil || raced {
 			t.Fatalf("mailyard %v: %v\n%s", args, err, out.String())
 		}
 	case <-time.After(3 * time.Minute):
