@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"sync"
 )
 
 // The range ports are picked from. It ends below the kernel's ephemeral ports
@@ -20,17 +21,30 @@ const (
 	high = 32767
 )
 
+// given holds the ports this process handed out: a port is free again as soon as
+// Ports returns it, until its server binds it, so a later call (the next process
+// of the same test) would otherwise get it again now and then.
+var given = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
 // Ports returns n distinct ports on ip that nobody listens on right now, for TCP
-// and for UDP both (as a DNS server needs). They are held open together while
-// choosing, so none comes twice; another process may still take one before its
-// server binds it, as with any free-port choice.
+// and for UDP both (as a DNS server needs), and that this process has not handed
+// out before. Another process may still take one before its server binds it, as
+// with any free-port choice.
 func Ports(ip string, n int) ([]int, error) {
+	given.Lock()
+	defer given.Unlock()
 	var ports []int
 	for tries := 0; len(ports) < n; tries++ {
 		if tries == 1000 {
 			return nil, fmt.Errorf("no %d free ports on %s between %d and %d", n, ip, low, high)
 		}
 		port := low + rand.IntN(high-low+1)
+		if given.ports[port] {
+			continue
+		}
 		addr := net.JoinHostPort(ip, strconv.Itoa(port))
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -43,6 +57,7 @@ func Ports(ip string, n int) ([]int, error) {
 		}
 		defer pc.Close()
 		ports = append(ports, port)
+		given.ports[port] = true
 	}
 	return ports, nil
 }

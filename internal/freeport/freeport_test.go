@@ -66,3 +66,19 @@ func TestPortSkipsTakenPorts(t *testing.T) {
 		}
 	}
 }
+
+// A port once handed out is not handed out again by this process, even though
+// nobody listens on it.
+func TestPortIsNotHandedOutTwice(t *testing.T) {
+	seen := map[int]bool{}
+	for range 2000 {
+		p, err := Port("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+	}
+}
