@@ -12,6 +12,8 @@ TEMPORAL_SERVER     := bin/temporal-server
 TEMPORAL_SQL_TOOL   := bin/temporal-sql-tool
 # The API reference UI at /docs (Stoplight Elements), embedded from api/docsui/elements.
 ELEMENTS_VER  := 9.0.25
+# staticcheck for make lint; a release that supports the Go in go.mod.
+STATICCHECK_VER := v0.8.2
 
 .PHONY: run test lint fuzz bench build migrate temporal temporal-server clean docs-assets
 
@@ -54,7 +56,7 @@ $(TEMPORAL_SQL_TOOL):
 
 test: $(TEMPORAL_CLI) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 
 # Every fuzz test, as package:Target. `go test -fuzz` takes one target of one
 # package at a time, so they run one after the other, FUZZTIME each. Their seed
@@ -88,6 +90,7 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 	$(GO) run go.temporal.io/sdk/contrib/tools/workflowcheck@v0.6.0 ./workflows/...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VER) ./...
 
 # Re-fetches the embedded docs UI from the npm registry for ELEMENTS_VER; commit the
 # result. Only needed to change the version: the files are in the repository.

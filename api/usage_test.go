@@ -69,7 +69,7 @@ func newObservedAPI(t *testing.T) *observedAPI {
 
 	st := testenv.OpenStore(t, testenv.PostgresURL(t))
 	log := &queryLog{}
-	st.DB.AddQueryHook(log)
+	st.DB = st.DB.WithQueryHook(log)
 	o := &observedAPI{harness: &harness{t: t, store: st, cfg: h.cfg, temporal: h.temporal}, queries: log}
 	o.srv, o.api = o.startServer()
 	o.orgID, o.adminKey = o.newOrg("acme")

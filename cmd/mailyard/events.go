@@ -32,7 +32,7 @@ TYPE is an email event: ` + eventtype.Join(eventtype.Email(), ", ") + `.`
 func cmdEvents(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] != "emit" {
 		fmt.Fprintln(os.Stderr, eventsUsage)
-		return errors.New("usage: mailyard events emit ...")
+		return errors.New("usage: mailyard events emit --domain NAME --type TYPE")
 	}
 	fs := flag.NewFlagSet("events emit", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprintln(os.Stderr, eventsUsage) }

@@ -6,14 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"strings"
-	"sync"
+	"slices"
 	"testing"
 	"time"
 
@@ -29,17 +24,16 @@ func TestRevocationReachesEveryAPIProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := buildBinary(t)
 	databaseURL := testenv.PostgresURL(t)
 	env := []string{
 		"MAILYARD_DATABASE_URL=" + databaseURL,
 		"MAILYARD_ENCRYPTION_KEY=AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
 		"MAILYARD_INTERNAL_TOKEN=internal-token-for-tests",
 		// Nothing listens there: the client is lazy and credentials need no Temporal.
-		"TEMPORAL_ADDRESS=" + freeAddr(t),
+		"TEMPORAL_ADDRESS=" + testenv.FreeAddr(t),
 	}
-	runOnce(t, bin, env, "migrate", "up")
-	out := runOnce(t, bin, env, "org", "create", "acme")
+	testenv.Run(t, env, "migrate", "up")
+	out := testenv.Run(t, env, "org", "create", "acme")
 	bootstrap := regexp.MustCompile(`myk_[0-9A-Za-z]+`).FindString(out)
 	if keys.CheckAPIKey(bootstrap) != nil {
 		t.Fatalf("no admin key in the output of org create: %s", out)
@@ -49,8 +43,8 @@ func TestRevocationReachesEveryAPIProcess(t *testing.T) {
 	// leaves a verified one.
 	domainID := verifiedDomain(t, databaseURL, "acme.example")
 
-	a := startAPI(t, bin, env, "a")
-	b := startAPI(t, bin, env, "b")
+	a := startAPI(t, env)
+	b := startAPI(t, env)
 
 	// Revoked through A, refused by B.
 	id, secret := createCredential(t, a, bootstrap, domainID)
@@ -65,42 +59,6 @@ func TestRevocationReachesEveryAPIProcess(t *testing.T) {
 	expectStatus(t, b, "DELETE", fmt.Sprintf("/api/v1/credentials/%d", id), secret, 200)
 	expectStatus(t, a, "GET", "/api/v1/credentials", secret, 401)
 	expectStatus(t, a, "DELETE", fmt.Sprintf("/api/v1/credentials/%d", id), bootstrap, 404)
-}
-
-// buildBinary compiles this command once into the test's temporary directory.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "mailyard")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-func runOnce(t *testing.T, bin string, env []string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("mailyard %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// freeAddr returns a loopback address nothing listens on at the moment.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
 }
 
 func verifiedDomain(t *testing.T, databaseURL, name string) int64 {
@@ -126,58 +84,17 @@ func verifiedDomain(t *testing.T, databaseURL, name string) int64 {
 	return d.ID
 }
 
-// lockedBuffer collects a process's log lines for the failure message.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // startAPI runs `mailyard api` on free ports until the test ends and returns its
 // base URL once it answers /healthz.
-func startAPI(t *testing.T, bin string, env []string, name string) string {
+func startAPI(t *testing.T, env []string) string {
 	t.Helper()
-	httpAddr := freeAddr(t)
-	cmd := exec.Command(bin, "api")
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Env = append(cmd.Env, "MAILYARD_HTTP_ADDR="+httpAddr, "MAILYARD_INTERNAL_ADDR="+freeAddr(t))
-	logs := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("api %s logs:\n%s", name, logs.String())
-		}
-	})
+	httpAddr := testenv.FreeAddr(t)
+	p := testenv.Start(t, append(slices.Clip(env), "MAILYARD_HTTP_ADDR="+httpAddr, "MAILYARD_INTERNAL_ADDR="+testenv.FreeAddr(t)), "api")
 	base := "http://" + httpAddr
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		select {
-		case err := <-exited:
-			t.Fatalf("api %s exited: %v\n%s", name, err, logs.String())
-		default:
+		if p.Exited() {
+			t.Fatalf("api on %s exited (status %d):\n%s", httpAddr, p.ExitCode(), p.Output())
 		}
 		if res, err := http.Get(base + "/healthz"); err == nil {
 			res.Body.Close()
@@ -186,7 +103,7 @@ func startAPI(t *testing.T, bin string, env []string, name string) string {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("api %s did not answer /healthz within 30 s:\n%s", name, logs.String())
+			t.Fatalf("api on %s did not answer /healthz within 30 s:\n%s", httpAddr, p.Output())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -40,11 +40,7 @@ func TestWorkerExitsOnFatalError(t *testing.T) {
 		"TEMPORAL_ADDRESS=" + temporal,
 		"TEMPORAL_NAMESPACE=" + namespace,
 	}
-	migrate := exec.Command(testenv.Binary(t), "migrate", "up")
-	migrate.Env = env
-	if out, err := migrate.CombinedOutput(); err != nil {
-		t.Fatalf("migrate: %v\n%s", err, out)
-	}
+	testenv.Run(t, env, "migrate", "up")
 	worker := testenv.Start(t, env, "worker")
 	testenv.Eventually(t, 30*time.Second, "the workers to start", func() bool {
 		return strings.Count(worker.Output(), "Started Worker") == 3

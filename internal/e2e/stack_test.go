@@ -188,13 +188,7 @@ func (s *stack) on(i int) *stack {
 // run runs a short-lived subcommand to completion.
 func (s *stack) run(args ...string) string {
 	s.t.Helper()
-	cmd := exec.Command(testenv.Binary(s.t), args...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, s.env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		s.t.Fatalf("mailyard %v: %v\n%s", args, err, out)
-	}
-	return string(out)
+	return testenv.Run(s.t, s.env, args...)
 }
 
 // call sends an API request with the admin key and decodes the envelope's data.

@@ -172,7 +172,7 @@ func finishDelivery(ctx context.Context, db bun.IDB, id, status string, at time.
 func (s *Store) ReopenDelivery(ctx context.Context, id string) (bool, error) {
 	res, err := s.DB.NewUpdate().Model((*Delivery)(nil)).
 		Set("status = ?", DeliveryPending).Set("finished_at = NULL").
-		Where("id = ?", id).Where("status IN (?)", bun.In([]string{DeliveryDelivered, DeliveryFailed})).
+		Where("id = ?", id).Where("status IN (?)", bun.List([]string{DeliveryDelivered, DeliveryFailed})).
 		Exec(ctx)
 	if err != nil {
 		return false, err
@@ -211,7 +211,7 @@ func (s *Store) AttemptsOf(ctx context.Context, deliveryIDs []string) (map[strin
 	}
 	var rows []DeliveryAttempt
 	if err := s.DB.NewSelect().Model(&rows).
-		Where("delivery_id IN (?)", bun.In(deliveryIDs)).
+		Where("delivery_id IN (?)", bun.List(deliveryIDs)).
 		OrderExpr("id").Scan(ctx); err != nil {
 		return nil, err
 	}
@@ -237,7 +237,7 @@ func (s *Store) DeliveryOwners(ctx context.Context, ids []string) (map[string]De
 	}
 	var rows []DeliveryOwner
 	if err := s.DB.NewSelect().Model((*Delivery)(nil)).Column("id", "organization_id", "webhook_id").
-		Where("id IN (?)", bun.In(ids)).Scan(ctx, &rows); err != nil {
+		Where("id IN (?)", bun.List(ids)).Scan(ctx, &rows); err != nil {
 		return nil, err
 	}
 	for _, r := range rows {

@@ -205,7 +205,7 @@ func (s *Store) ListEmails(ctx context.Context, sc EmailScope, page Page) ([]Ema
 
 func (s *Store) recipientsOf(ctx context.Context, ids []string) (map[string][]EmailRecipient, error) {
 	var rows []EmailRecipient
-	if err := s.DB.NewSelect().Model(&rows).Where("email_id IN (?)", bun.In(ids)).
+	if err := s.DB.NewSelect().Model(&rows).Where("email_id IN (?)", bun.List(ids)).
 		OrderExpr("email_id, position").Scan(ctx); err != nil {
 		return nil, err
 	}
@@ -273,7 +273,7 @@ func (s *Store) RecipientCount(ctx context.Context, emailID string) (int, error)
 func (s *Store) PendingRecipients(ctx context.Context, emailID string) ([]EmailRecipient, error) {
 	var rows []EmailRecipient
 	err := s.DB.NewSelect().Model(&rows).Where("email_id = ?", emailID).
-		Where("status IN (?)", bun.In(pendingRecipientStatuses)).OrderExpr("position").Scan(ctx)
+		Where("status IN (?)", bun.List(pendingRecipientStatuses)).OrderExpr("position").Scan(ctx)
 	return rows, err
 }
 
@@ -302,7 +302,7 @@ func (s *Store) ChangeRecipient(ctx context.Context, emailID string, c Recipient
 		var before string
 		q := tx.NewSelect().Model((*EmailRecipient)(nil)).Column("status").
 			Where("email_id = ?", emailID).Where("position = ?", c.Position).
-			Where("status IN (?)", bun.In(pendingRecipientStatuses))
+			Where("status IN (?)", bun.List(pendingRecipientStatuses))
 		if s.IsPostgres() {
 			// Two runs of the same step take turns; SQLite's immediate
 			// transactions already serialise writers.
@@ -339,7 +339,7 @@ func (s *Store) ChangeRecipient(ctx context.Context, emailID string, c Recipient
 // reports whether it is sent.
 func (s *Store) FinishEmailIfDone(ctx context.Context, emailID string) (bool, error) {
 	pending, err := s.DB.NewSelect().Model((*EmailRecipient)(nil)).Where("email_id = ?", emailID).
-		Where("status IN (?)", bun.In(pendingRecipientStatuses)).Count(ctx)
+		Where("status IN (?)", bun.List(pendingRecipientStatuses)).Count(ctx)
 	if err != nil || pending > 0 {
 		return false, err
 	}

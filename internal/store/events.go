@@ -123,7 +123,7 @@ func fanOutEvent(ctx context.Context, db bun.IDB, ev *Event, orgIDs []int64, bod
 	}
 	var hooks []Webhook
 	if err := db.NewSelect().Model(&hooks).Column("id", "organization_id", "event_types").
-		Where("organization_id IN (?)", bun.In(orgIDs)).Where("status = ?", WebhookEnabled).
+		Where("organization_id IN (?)", bun.List(orgIDs)).Where("status = ?", WebhookEnabled).
 		OrderExpr("id").Scan(ctx); err != nil {
 		return nil, err
 	}

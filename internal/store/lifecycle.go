@@ -129,7 +129,7 @@ type DKIMRotation struct {
 func rotationOf(ctx context.Context, db bun.IDB, d *Domain) (DKIMRotation, error) {
 	var ks []DKIMKey
 	if err := db.NewSelect().Model(&ks).Column("selector", "state").Where("domain_id = ?", d.ID).
-		Where("state IN (?)", bun.In([]string{DKIMActive, DKIMStandby})).Scan(ctx); err != nil {
+		Where("state IN (?)", bun.List([]string{DKIMActive, DKIMStandby})).Scan(ctx); err != nil {
 		return DKIMRotation{}, err
 	}
 	r := DKIMRotation{}
@@ -181,7 +181,7 @@ func (s *Store) SwitchActiveKey(ctx context.Context, domainID int64) (DKIMRotati
 		if d.RotationStatus != nil && *d.RotationStatus == RotationWaitingForDNS {
 			if _, err := tx.NewUpdate().Model((*DKIMKey)(nil)).
 				Set("state = CASE WHEN state = ? THEN ? ELSE ? END", DKIMActive, DKIMStandby, DKIMActive).
-				Where("domain_id = ?", domainID).Where("state IN (?)", bun.In([]string{DKIMActive, DKIMStandby})).
+				Where("domain_id = ?", domainID).Where("state IN (?)", bun.List([]string{DKIMActive, DKIMStandby})).
 				Exec(ctx); err != nil {
 				return err
 			}

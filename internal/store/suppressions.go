@@ -80,7 +80,7 @@ func (s *Store) SuppressedAmong(ctx context.Context, orgID int64, emails []strin
 	}
 	var found []string
 	if err := s.DB.NewSelect().Model((*Suppression)(nil)).Column("email").
-		Where("organization_id = ?", orgID).Where("email IN (?)", bun.In(normal)).
+		Where("organization_id = ?", orgID).Where("email IN (?)", bun.List(normal)).
 		Scan(ctx, &found); err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mailyard/mailyard/internal/searchattr"
 	"io"
 	"net"
 	"os"
@@ -19,6 +18,9 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
+
+	"github.com/mailyard/mailyard/internal/freeport"
+	"github.com/mailyard/mailyard/internal/searchattr"
 )
 
 // Options of one dev server.
@@ -96,19 +98,13 @@ func start(ctx context.Context, o Options) (*Server, error) {
 	if o.IP == "" {
 		o.IP = "127.0.0.1"
 	}
-	var err error
+	ports, err := freeport.Ports(o.IP, 3)
+	if err != nil {
+		return nil, err
+	}
+	httpPort, metricsPort := ports[1], ports[2]
 	if o.Port == 0 {
-		if o.Port, err = freePort(o.IP); err != nil {
-			return nil, err
-		}
-	}
-	httpPort, err := freePort(o.IP)
-	if err != nil {
-		return nil, err
-	}
-	metricsPort, err := freePort(o.IP)
-	if err != nil {
-		return nil, err
+		o.Port = ports[0]
 	}
 	args := []string{"server", "start-dev",
 		"--ip", o.IP, "--port", strconv.Itoa(o.Port),
@@ -196,15 +192,6 @@ func (s *Server) Stop() {
 		err := <-s.done
 		s.done <- err
 	}
-}
-
-func freePort(ip string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // quietLogger drops the SDK's connection-retry chatter while waiting.

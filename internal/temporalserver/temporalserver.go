@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -30,6 +29,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/mailyard/mailyard/internal/freeport"
 	"github.com/mailyard/mailyard/internal/searchattr"
 )
 
@@ -128,7 +128,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if err := setupSchema(ctx, o.SQLTool, visibility, "postgresql/v12/visibility"); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(9)
+	ports, err := freeport.Ports("127.0.0.1", 9)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +180,7 @@ func (s *Server) Start(ctx context.Context) error {
 	defer cancel()
 	if err := s.waitUsable(ctx); err != nil {
 		s.Stop()
-		return fmt.Errorf("Temporal server at %s: %w; the end of its log:\n%s", s.Address, err, last.String())
+		return fmt.Errorf("the Temporal server at %s: %w; the end of its log:\n%s", s.Address, err, last.String())
 	}
 	return nil
 }
@@ -394,27 +394,6 @@ func portOf(u *url.URL) string {
 		return p
 	}
 	return "5432"
-}
-
-// freePorts returns n distinct loopback ports nobody listens on right now, all
-// held open together while choosing so none comes twice. They are below 32768:
-// the SQL schema stores membership ports as smallint, so the kernel's ephemeral
-// ports (32768 and up) are refused by the server at start.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for tries := 0; len(ports) < n; tries++ {
-		if tries == 1000 {
-			return nil, errors.New("no free loopback ports between 20000 and 32767")
-		}
-		port := 20000 + rand.IntN(32768-20000)
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue
-		}
-		defer l.Close()
-		ports = append(ports, port)
-	}
-	return ports, nil
 }
 
 // tailBuffer keeps the last max bytes written to it.

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/mailyard/mailyard/internal/freeport"
 )
 
 // BIND is a BIND 9 primary for one zone that accepts dynamic updates (RFC 2136)
@@ -39,7 +41,10 @@ type BIND struct {
 func StartBIND(t testing.TB, zone string) *BIND {
 	t.Helper()
 	dir := t.TempDir()
-	port := freeUDPAndTCPPort(t)
+	port, err := freeport.Port("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	updateSecret, otherSecret := RandomSecret(t), RandomSecret(t)
 	zoneFile := filepath.Join(dir, zone+".db")
 	writeFile(t, zoneFile, fmt.Sprintf(`$TTL 300
@@ -149,26 +154,6 @@ func (b *BIND) waitForSOA() {
 		time.Sleep(100 * time.Millisecond)
 	}
 	b.t.Fatalf("named did not answer on %s within 30s:\n%s", b.Addr, b.stderr.String())
-}
-
-// freeUDPAndTCPPort is a port free for both UDP and TCP, as named needs.
-func freeUDPAndTCPPort(t testing.TB) int {
-	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		pc, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		l.Close()
-		if err == nil {
-			pc.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port for both UDP and TCP")
-	return 0
 }
 
 // RandomSecret is base64 of 32 random bytes (a TSIG or HMAC secret).

@@ -8,10 +8,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mailyard/mailyard/internal/freeport"
 )
 
 var (
@@ -21,6 +25,9 @@ var (
 )
 
 // Binary builds the mailyard command once per test process and returns its path.
+// Under the race detector (go test -race) it is built with -race as well, so a
+// data race in the api, worker or dns process fails the test that ran it (see
+// checkRace).
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -32,7 +39,11 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "mailyard")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/mailyard")
+		args := []string{"build", "-o", binPath}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, "./cmd/mailyard")...)
 		cmd.Dir = root
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -62,9 +73,7 @@ func Start(t testing.TB, env []string, args ...string) *Process {
 // StartIn is Start in the working directory dir ("" for the test's own).
 func StartIn(t testing.TB, dir string, env []string, args ...string) *Process {
 	t.Helper()
-	cmd := exec.Command(Binary(t), args...)
-	cmd.Dir = dir
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	cmd := mailyardCommand(t, dir, env, args...)
 	p := &Process{cmd: cmd, output: &SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.output, p.output
 	if err := cmd.Start(); err != nil {
@@ -73,11 +82,64 @@ func StartIn(t testing.TB, dir string, env []string, args ...string) *Process {
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		p.Stop()
+		checkRace(t, args, p.ExitCode(), p.output.String())
 		if t.Failed() {
 			t.Logf("output of mailyard %v:\n%s", args, p.output.String())
 		}
 	})
 	return p
+}
+
+// raceExitCode is the status a program built with -race exits with when it
+// found a data race (GORACE exitcode, 66 unless set).
+const raceExitCode = 66
+
+// checkRace fails the test if a mailyard process reported a data race: its
+// report in the output (also when the process was killed), or the race
+// detector's exit status.
+func checkRace(t testing.TB, args []string, exitCode int, output string) bool {
+	t.Helper()
+	if !raceEnabled || !strings.Contains(output, "WARNING: DATA RACE") && exitCode != raceExitCode {
+		return false
+	}
+	t.Errorf("mailyard %v reported a data race (exit status %d); its output is below", args, exitCode)
+	return true
+}
+
+// Run runs the binary with args and env (as Start) to completion, a short-lived
+// subcommand such as `migrate up`, and returns its output (stdout and stderr).
+// The test fails if the command does, or takes more than 3 minutes.
+func Run(t testing.TB, env []string, args ...string) string {
+	t.Helper()
+	cmd := mailyardCommand(t, "", env, args...)
+	var out SyncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if raced := checkRace(t, args, cmd.ProcessState.ExitCode(), out.String()); err != nil || raced {
+			t.Fatalf("mailyard %v: %v\n%s", args, err, out.String())
+		}
+	case <-time.After(3 * time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("mailyard %v did not end within 3 minutes:\n%s", args, out.String())
+	}
+	return out.String()
+}
+
+// mailyardCommand is the binary with args, in dir, with env added to a minimal
+// environment.
+func mailyardCommand(t testing.TB, dir string, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(Binary(t), args...)
+	cmd.Dir = dir
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}, env...)
+	return cmd
 }
 
 // Stop sends SIGTERM and waits (SIGKILL after 15 s).
@@ -118,15 +180,15 @@ func (p *Process) ExitCode() int {
 // Output is what the process printed so far.
 func (p *Process) Output() string { return p.output.String() }
 
-// FreeAddr returns a loopback host:port nobody listens on right now.
+// FreeAddr returns a loopback host:port nobody listens on right now (see
+// internal/freeport).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 // WaitListening waits until addr accepts TCP connections.

@@ -35,7 +35,6 @@ type scriptedReceiver struct {
 	*httptest.Server
 	mu     sync.Mutex
 	script map[string][]int
-	hdr    http.Header
 }
 
 func (r *scriptedReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {

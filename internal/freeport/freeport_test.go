@@ -1,0 +1,84 @@
+package freeport
+
+import (
+	"net"
+	"strconv"
+	"testing"
+)
+
+// The ports are distinct, in the range, and a server can then bind each for TCP
+// and UDP on the address asked for.
+func TestPortsAreFreeForTCPAndUDP(t *testing.T) {
+	ports, err := Ports("127.0.0.1", 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ports) != 9 {
+		t.Fatalf("got %d ports, want 9", len(ports))
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if p < low || p > high {
+			t.Errorf("port %d is outside %d-%d", p, low, high)
+		}
+		if seen[p] {
+			t.Errorf("port %d comes twice", p)
+		}
+		seen[p] = true
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("TCP %s: %v", addr, err)
+			continue
+		}
+		l.Close()
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			t.Errorf("UDP %s: %v", addr, err)
+			continue
+		}
+		pc.Close()
+	}
+}
+
+// A port somebody listens on is never returned.
+func TestPortSkipsTakenPorts(t *testing.T) {
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	taken := map[int]bool{}
+	for p := low; p < low+200; p++ {
+		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
+			held = append(held, l)
+			taken[p] = true
+		}
+	}
+	for range 200 {
+		p, err := Port("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if taken[p] {
+			t.Fatalf("port %d is in use and was returned", p)
+		}
+	}
+}
+
+// A port once handed out is not handed out again by this process, even though
+// nobody listens on it.
+func TestPortIsNotHandedOutTwice(t *testing.T) {
+	seen := map[int]bool{}
+	for range 2000 {
+		p, err := Port("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+	}
+}

@@ -1,0 +1,6 @@
+//go:build !race
+
+package testenv
+
+// raceEnabled: see race.go.
+const raceEnabled = false
