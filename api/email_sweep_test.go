@@ -42,7 +42,7 @@ func TestSweepFinishesEmailsWhoseWorkflowNeverStarted(t *testing.T) {
 	unanswered := h.storeEmail(ctx, domainID, "0193a000-0000-7000-8000-000000000002")
 	young := h.storeEmail(ctx, domainID, "0193a000-0000-7000-8000-000000000003")
 	if _, err := h.store.DB.NewUpdate().Model((*store.Email)(nil)).Set("created_at = ?", time.Now().Add(-3*time.Minute)).
-		Where("id IN (?)", bun.In([]string{started, answered, unanswered})).Exec(ctx); err != nil {
+		Where("id IN (?)", bun.List([]string{started, answered, unanswered})).Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
 
