@@ -54,10 +54,10 @@ type Email struct {
 	// Answered: the client got the email's id in an answer that committed
 	// with the email (WithCommitHook), so it must be sent even if the API
 	// process died before starting its workflow.
-	Answered  bool      `bun:"answered,notnull"`
-	CreatedAt time.Time `bun:"created_at,notnull"`
-	SentAt        *time.Time `bun:"sent_at"`
-	ErasedAt      *time.Time `bun:"erased_at"`
+	Answered  bool       `bun:"answered,notnull"`
+	CreatedAt time.Time  `bun:"created_at,notnull"`
+	SentAt    *time.Time `bun:"sent_at"`
+	ErasedAt  *time.Time `bun:"erased_at"`
 }
 
 // AddressList is a list of addresses stored as a JSON array (a display name
