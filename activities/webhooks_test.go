@@ -8,10 +8,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/uptrace/bun"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/mailyard/mailyard/activities"
@@ -186,5 +189,68 @@ func TestAttemptMetrics(t *testing.T) {
 	}
 	if f.received.Load() != 3 {
 		t.Fatalf("the receiver got %d requests, want 3", f.received.Load())
+	}
+}
+
+// queryCounter counts the statements a store sends (BEGIN and COMMIT
+// included): each is one round trip to the database.
+type queryCounter struct {
+	mu      sync.Mutex
+	queries []string
+}
+
+func (c *queryCounter) BeforeQuery(ctx context.Context, _ *bun.QueryEvent) context.Context {
+	return ctx
+}
+
+func (c *queryCounter) AfterQuery(_ context.Context, e *bun.QueryEvent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.queries = append(c.queries, e.Query)
+}
+
+func (c *queryCounter) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.queries
+	c.queries = nil
+	return q
+}
+
+// Round trips of one attempt, at most.
+const (
+	attemptRoundTripsDelivered = 99
+	attemptRoundTripsRetry     = 99
+)
+
+// An attempt costs few round trips to PostgreSQL: the figures are in
+// docs/webhooks.md ("Delivery attempts"); more is a regression.
+func TestAttemptRoundTrips(t *testing.T) {
+	f := newDeliveryFixture(t)
+	c := &queryCounter{}
+	f.st.DB.AddQueryHook(c)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		status int
+		final  bool
+		want   int
+	}{
+		{"delivered", http.StatusOK, false, attemptRoundTripsDelivered},
+		{"delivered again (webhook healthy a moment ago)", http.StatusOK, false, attemptRoundTripsDelivered},
+		{"retry", http.StatusInternalServerError, false, attemptRoundTripsRetry},
+		{"final failure", http.StatusInternalServerError, true, attemptRoundTripsDelivered},
+	} {
+		f.answer.Store(int32(tc.status))
+		id := f.newDelivery(t)
+		c.take()
+		if _, err := f.a.Attempt(ctx, delivery.AttemptInput{DeliveryID: id, Attempt: 1, Final: tc.final}); err != nil {
+			t.Fatal(err)
+		}
+		q := c.take()
+		t.Logf("%s: %d round trips", tc.name, len(q))
+		if len(q) > tc.want {
+			t.Errorf("%s: %d round trips, want at most %d:\n%s", tc.name, len(q), tc.want, strings.Join(q, "\n"))
+		}
 	}
 }
