@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
@@ -219,8 +220,8 @@ func (c *queryCounter) take() []string {
 
 // Round trips of one attempt, at most.
 const (
-	attemptRoundTripsDelivered = 99
-	attemptRoundTripsRetry     = 99
+	attemptRoundTripsDelivered = 2
+	attemptRoundTripsRetry     = 2
 )
 
 // An attempt costs few round trips to PostgreSQL: the figures are in
@@ -235,20 +236,44 @@ func TestAttemptRoundTrips(t *testing.T) {
 		status int
 		final  bool
 		want   int
+		stale  bool // the webhook's failure clock is an hour old
 	}{
-		{"delivered", http.StatusOK, false, attemptRoundTripsDelivered},
-		{"delivered again (webhook healthy a moment ago)", http.StatusOK, false, attemptRoundTripsDelivered},
-		{"retry", http.StatusInternalServerError, false, attemptRoundTripsRetry},
-		{"final failure", http.StatusInternalServerError, true, attemptRoundTripsDelivered},
+		{"delivered, failure clock restarted", http.StatusOK, false, attemptRoundTripsDelivered, true},
+		{"delivered", http.StatusOK, false, attemptRoundTripsDelivered, false},
+		{"retry", http.StatusInternalServerError, false, attemptRoundTripsRetry, false},
+		{"final failure", http.StatusInternalServerError, true, attemptRoundTripsDelivered, false},
 	} {
 		f.answer.Store(int32(tc.status))
 		id := f.newDelivery(t)
+		old := time.Now().Add(-time.Hour).UTC()
+		if tc.stale {
+			if _, err := f.st.DB.NewUpdate().Model((*store.Webhook)(nil)).Set("healthy_at = ?", old).Where("id = ?", f.webhook.ID).Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
 		c.take()
 		if _, err := f.a.Attempt(ctx, delivery.AttemptInput{DeliveryID: id, Attempt: 1, Final: tc.final}); err != nil {
 			t.Fatal(err)
 		}
 		q := c.take()
 		t.Logf("%s: %d round trips", tc.name, len(q))
+		d, w, err := f.st.DeliveryWithWebhook(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus := map[int]string{http.StatusOK: store.DeliveryDelivered}[tc.status]
+		if wantStatus == "" {
+			wantStatus = map[bool]string{true: store.DeliveryFailed, false: store.DeliveryPending}[tc.final]
+		}
+		if d.Status != wantStatus || (d.FinishedAt != nil) != (wantStatus != store.DeliveryPending) {
+			t.Errorf("%s: delivery %s (finished %v), want %s", tc.name, d.Status, d.FinishedAt, wantStatus)
+		}
+		if tc.stale && !w.HealthyAt.After(old.Add(time.Minute)) {
+			t.Errorf("%s: failure clock not restarted: healthy_at %v", tc.name, w.HealthyAt)
+		}
+		if attempts, err := f.st.AttemptsOf(ctx, []string{id}); err != nil || len(attempts[id]) != 1 || attempts[id][0].ID == 0 {
+			t.Errorf("%s: attempts %+v %v", tc.name, attempts, err)
+		}
 		if len(q) > tc.want {
 			t.Errorf("%s: %d round trips, want at most %d:\n%s", tc.name, len(q), tc.want, strings.Join(q, "\n"))
 		}
