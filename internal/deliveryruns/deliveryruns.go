@@ -33,6 +33,12 @@ type Runs struct {
 	// start carries its schedule in the workflow's input.
 	Schedule []time.Duration
 	Logger   *slog.Logger
+	// EagerStart asks the server to hand each new run's first workflow task
+	// straight back to a worker of this process (Temporal's eager workflow
+	// start), saving the matching service's dispatch. It only applies when a
+	// worker on delivery.TaskQueue runs on the same client, as in `mailyard
+	// dev`; otherwise the start is an ordinary one.
+	EagerStart bool
 }
 
 // startConcurrency bounds the starts of one fan-out in flight at once.
@@ -181,7 +187,8 @@ func (r *Runs) CancelInBackground(ids []string) {
 func (r *Runs) options(id string, o store.DeliveryOwner) client.StartWorkflowOptions {
 	owner := searchattr.Owner{OrganizationID: o.OrganizationID, WebhookID: o.WebhookID}
 	return client.StartWorkflowOptions{ID: delivery.WorkflowID(id), TaskQueue: delivery.TaskQueue,
-		TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("delivery " + id)}
+		TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("delivery " + id),
+		EnableEagerStart: r.EagerStart}
 }
 
 // owners reads whose the deliveries are (none without a Store).
