@@ -225,7 +225,7 @@ const (
 )
 
 // An attempt costs few round trips to PostgreSQL: the figures are in
-// docs/webhooks.md ("Delivery attempts"); more is a regression.
+// the README ("Delivery attempts"); more is a regression.
 func TestAttemptRoundTrips(t *testing.T) {
 	f := newDeliveryFixture(t)
 	c := &queryCounter{}

@@ -122,7 +122,7 @@ const healthyResolution = time.Minute
 //
 // An attempt that can disable nothing takes one round trip on PostgreSQL: one
 // statement, whose data-modifying WITH clauses are as atomic as the
-// transaction (docs/webhooks.md, "Delivery attempts").
+// transaction (README, "Delivery attempts").
 func (s *Store) RecordAttempt(ctx context.Context, a *DeliveryAttempt, webhookID int64, effect AttemptEffect, onDisable OnDisable) (disabled *Webhook, err error) {
 	at := now()
 	healthy := effect.Healthy && effect.HealthyAt.Before(at.Add(-healthyResolution))

@@ -20,7 +20,7 @@ const AttemptTimeout = 30 * time.Second
 const attemptRetryFor = 7 * 24 * time.Hour
 
 // localAttemptChange versions the switch from a regular activity per attempt
-// to a local activity (docs/webhooks.md, "Delivery attempts"). Runs started
+// to a local activity (README, "Delivery attempts"). Runs started
 // before it keep regular activities; new runs make local ones.
 const localAttemptChange = "local-attempt"
 
