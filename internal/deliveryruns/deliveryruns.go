@@ -63,6 +63,22 @@ func (r *Runs) StartFirst(ctx context.Context, ids []string) error {
 	if err != nil {
 		return err
 	}
+	return r.startFirst(ctx, ids, owners)
+}
+
+// StartFirstOf is StartFirst for the pending ones of deliveries just read or
+// written, whose rows already say whose they are: it saves StartFirst's
+// look-up of the owners (a round trip per ingested event).
+func (r *Runs) StartFirstOf(ctx context.Context, ds []store.Delivery) error {
+	ids := PendingIDs(ds)
+	owners := make(map[string]store.DeliveryOwner, len(ids))
+	for _, d := range ds {
+		owners[d.ID] = store.DeliveryOwner{ID: d.ID, OrganizationID: d.OrganizationID, WebhookID: d.WebhookID}
+	}
+	return r.startFirst(ctx, ids, owners)
+}
+
+func (r *Runs) startFirst(ctx context.Context, ids []string, owners map[string]store.DeliveryOwner) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(startConcurrency)
 	for _, id := range ids {
