@@ -157,7 +157,7 @@ func benchDelivery(ctx context.Context, out io.Writer) error {
 	row(fmt.Sprintf("ingest → receipt at %d events/s, p99 (goal < 200)", latencyRate), "ms", ms(dev.p99), ms(prod.p99))
 	row("  with eager workflow start (API + worker in one process), p50", "ms", ms(dev.eagerP50), ms(prod.eagerP50))
 	row("  with eager workflow start (API + worker in one process), p99", "ms", ms(dev.eagerP99), ms(prod.eagerP99))
-	row(fmt.Sprintf("%d events at once: delivered (goal: all)", burstEvents), "", float64(dev.burstDelivered), float64(prod.burstDelivered))
+	fmt.Fprintf(out, "%-62s %11d    %11d\n", fmt.Sprintf("%d events at once: delivered (goal: all)", burstEvents), dev.burstDelivered, prod.burstDelivered)
 	row("  deliveries per second", "/s", dev.burstRate, prod.burstRate)
 	row("  `mailyard worker` peak RSS, VmHWM (goal < 150)", "MB", mb(dev.workerHWM), mb(prod.workerHWM))
 	fmt.Fprintf(out, "load average at the end: %s\n", loadAverage())
