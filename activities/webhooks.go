@@ -67,9 +67,11 @@ func (a *Webhooks) Attempt(ctx context.Context, in delivery.AttemptInput) (deliv
 			"SecretUnreadable", nil)
 	}
 
-	previous, err := a.previousSecrets(ctx, w.ID)
-	if err != nil {
-		return delivery.AttemptResult{}, err
+	var previous []string
+	if d.PreviousSecretCount > 0 {
+		if previous, err = a.previousSecrets(ctx, w.ID); err != nil {
+			return delivery.AttemptResult{}, err
+		}
 	}
 
 	started := time.Now()
@@ -83,6 +85,7 @@ func (a *Webhooks) Attempt(ctx context.Context, in delivery.AttemptInput) (deliv
 	}
 	metrics.ObserveWebhookAttempt(out.Verdict.String(), out.Duration)
 	result, effect := judge(out, in.Final)
+	effect.HealthyAt = w.HealthyAt
 	if in.Final && a.DisableAfter > 0 && result.Verdict == delivery.Retry {
 		effect.DisableIfUnhealthySince = started.Add(-a.DisableAfter)
 	}

@@ -8,10 +8,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/uptrace/bun"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/mailyard/mailyard/activities"
@@ -186,5 +190,92 @@ func TestAttemptMetrics(t *testing.T) {
 	}
 	if f.received.Load() != 3 {
 		t.Fatalf("the receiver got %d requests, want 3", f.received.Load())
+	}
+}
+
+// queryCounter counts the statements a store sends (BEGIN and COMMIT
+// included): each is one round trip to the database.
+type queryCounter struct {
+	mu      sync.Mutex
+	queries []string
+}
+
+func (c *queryCounter) BeforeQuery(ctx context.Context, _ *bun.QueryEvent) context.Context {
+	return ctx
+}
+
+func (c *queryCounter) AfterQuery(_ context.Context, e *bun.QueryEvent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.queries = append(c.queries, e.Query)
+}
+
+func (c *queryCounter) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.queries
+	c.queries = nil
+	return q
+}
+
+// Round trips of one attempt, at most.
+const (
+	attemptRoundTripsDelivered = 2
+	attemptRoundTripsRetry     = 2
+)
+
+// An attempt costs few round trips to PostgreSQL: the figures are in
+// the README ("Delivery attempts"); more is a regression.
+func TestAttemptRoundTrips(t *testing.T) {
+	f := newDeliveryFixture(t)
+	c := &queryCounter{}
+	f.st.DB.AddQueryHook(c)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		status int
+		final  bool
+		want   int
+		stale  bool // the webhook's failure clock is an hour old
+	}{
+		{"delivered, failure clock restarted", http.StatusOK, false, attemptRoundTripsDelivered, true},
+		{"delivered", http.StatusOK, false, attemptRoundTripsDelivered, false},
+		{"retry", http.StatusInternalServerError, false, attemptRoundTripsRetry, false},
+		{"final failure", http.StatusInternalServerError, true, attemptRoundTripsDelivered, false},
+	} {
+		f.answer.Store(int32(tc.status))
+		id := f.newDelivery(t)
+		old := time.Now().Add(-time.Hour).UTC()
+		if tc.stale {
+			if _, err := f.st.DB.NewUpdate().Model((*store.Webhook)(nil)).Set("healthy_at = ?", old).Where("id = ?", f.webhook.ID).Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.take()
+		if _, err := f.a.Attempt(ctx, delivery.AttemptInput{DeliveryID: id, Attempt: 1, Final: tc.final}); err != nil {
+			t.Fatal(err)
+		}
+		q := c.take()
+		t.Logf("%s: %d round trips", tc.name, len(q))
+		d, w, err := f.st.DeliveryWithWebhook(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus := map[int]string{http.StatusOK: store.DeliveryDelivered}[tc.status]
+		if wantStatus == "" {
+			wantStatus = map[bool]string{true: store.DeliveryFailed, false: store.DeliveryPending}[tc.final]
+		}
+		if d.Status != wantStatus || (d.FinishedAt != nil) != (wantStatus != store.DeliveryPending) {
+			t.Errorf("%s: delivery %s (finished %v), want %s", tc.name, d.Status, d.FinishedAt, wantStatus)
+		}
+		if tc.stale && !w.HealthyAt.After(old.Add(time.Minute)) {
+			t.Errorf("%s: failure clock not restarted: healthy_at %v", tc.name, w.HealthyAt)
+		}
+		if attempts, err := f.st.AttemptsOf(ctx, []string{id}); err != nil || len(attempts[id]) != 1 || attempts[id][0].ID == 0 {
+			t.Errorf("%s: attempts %+v %v", tc.name, attempts, err)
+		}
+		if len(q) > tc.want {
+			t.Errorf("%s: %d round trips, want at most %d:\n%s", tc.name, len(q), tc.want, strings.Join(q, "\n"))
+		}
 	}
 }

@@ -122,7 +122,7 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 	if err != nil {
 		return nil, err
 	}
-	if err := s.deliveries.StartFirst(ctx, deliveryruns.PendingIDs(deliveries)); err != nil {
+	if err := s.deliveries.StartFirstOf(ctx, deliveries); err != nil {
 		s.logger.WarnContext(ctx, "deliveries stored but not scheduled", "request_id", RequestID(ctx), "event_id", b.EventID, "error", err)
 		return nil, apperr.Errorf(apperr.Unavailable, "delivery",
 			"the deliveries are stored but could not all be scheduled; send the same event again")

@@ -148,7 +148,10 @@ Mailyard is running on its embedded defaults (Ctrl-C stops everything):
 `, cfg.HTTPAddr, cfg.HTTPAddr, temporal.UIURL, cfg.DKIMHost, cfg.DNSAddr, mailDir, sink.Addr(), adminKey, cfg.HTTPAddr)
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return serveAPI(gctx, cfg, st, tc, logger) })
+	// The API and the workers share tc: a delivery workflow the API starts
+	// gets its first workflow task straight back (eager workflow start),
+	// which shortens ingest → receipt (README, "Delivery attempts").
+	g.Go(func() error { return serveAPIWith(gctx, cfg, st, tc, logger, true) })
 	g.Go(func() error { return runWorker(gctx, cfg, st, tc, logger) })
 	if cfg.DNSPublisher == "embedded" {
 		dns := newDNSServer(cfg, st, logger).WithDevDomains(devRecords{st})

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -66,7 +67,15 @@ func TestDevWalk(t *testing.T) {
 	t.Cleanup(rcv.Close)
 
 	key := strings.TrimSpace(string(admin))
-	api.do(key, "POST", "/api/v1/webhooks", map[string]any{"url": rcv.URL + "/hooks", "event_types": []string{"delivered"}}, 201)
+	hookID := api.do(key, "POST", "/api/v1/webhooks", map[string]any{"url": rcv.URL + "/hooks", "event_types": []string{"delivered"}}, 201)["webhook"].(map[string]any)["id"]
+	// A test event is started by the API, eagerly: dev's API and workers
+	// share one Temporal client.
+	api.do(key, "POST", fmt.Sprintf("/api/v1/webhooks/%v/test", hookID), nil, 201)
+	testenv.Eventually(t, 30*time.Second, "the test event", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(hooks) == 1 && hooks[0]["data"].(map[string]any)["subject"] == "Mailyard test event"
+	})
 	domainID := api.do(key, "POST", "/api/v1/domains", map[string]any{"domain": "shop.test"}, 201)["domain"].(map[string]any)["id"]
 	testenv.Eventually(t, 30*time.Second, "shop.test verified", func() bool {
 		return api.do(key, "GET", "/api/v1/domains/1", nil, 200)["domain"].(map[string]any)["status"] == "verified"
@@ -85,7 +94,7 @@ func TestDevWalk(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "the delivered webhook", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(hooks) == 1 && hooks[0]["data"].(map[string]any)["message_id"] == id
+		return len(hooks) == 2 && hooks[1]["data"].(map[string]any)["message_id"] == id
 	})
 	if !bytes.Contains(msg, []byte("Subject: Hello from Mailyard")) {
 		t.Fatalf("the .eml is not the message:\n%s", msg)

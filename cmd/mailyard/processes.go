@@ -49,11 +49,17 @@ func dialTemporal(cfg *config.Config, logger *slog.Logger) (client.Client, error
 
 // serveAPI runs the public and internal listeners until ctx ends.
 func serveAPI(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger) error {
+	return serveAPIWith(ctx, cfg, st, tc, logger, false)
+}
+
+// serveAPIWith is serveAPI; eager starts delivery workflows with eager
+// workflow start, for a process whose workers share tc (`mailyard dev`).
+func serveAPIWith(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger, eager bool) error {
 	verifier, err := verification.New(st, cfg.DNSResolver, cfg.SPFHost, cfg.BounceHost)
 	if err != nil {
 		return err
 	}
-	srv := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: logger, Verifier: verifier})
+	srv := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: logger, Verifier: verifier, EagerDeliveryStart: eager})
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { srv.Run(ctx); return nil })
 	g.Go(func() error { return serveHTTP(ctx, "api", cfg.HTTPAddr, srv.Handler(), logger) })

@@ -145,21 +145,28 @@ func bareListDomains(st *store.Store) http.Handler {
 // benchStore opens a migrated store on a throwaway database; done closes and
 // drops it.
 func benchStore(ctx context.Context) (*store.Store, func(), error) {
+	st, _, done, err := benchStoreAt(ctx)
+	return st, done, err
+}
+
+// benchStoreAt is benchStore that also returns the database's URL (for a
+// process of its own).
+func benchStoreAt(ctx context.Context) (*store.Store, string, func(), error) {
 	dbURL, drop, err := throwawayDatabase(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
 	st, err := store.Open(ctx, dbURL)
 	if err != nil {
 		drop()
-		return nil, nil, err
+		return nil, "", nil, err
 	}
 	done := func() { _ = st.Close(); drop() }
 	if _, err := st.Migrate(ctx); err != nil {
 		done()
-		return nil, nil, err
+		return nil, "", nil, err
 	}
-	return st, done, nil
+	return st, dbURL, done, nil
 }
 
 // throwawayDatabase creates a database for the run on MAILYARD_TEST_DATABASE_URL's

@@ -33,6 +33,12 @@ type Runs struct {
 	// start carries its schedule in the workflow's input.
 	Schedule []time.Duration
 	Logger   *slog.Logger
+	// EagerStart asks the server to hand each new run's first workflow task
+	// straight back to a worker of this process (Temporal's eager workflow
+	// start), saving the matching service's dispatch. It only applies when a
+	// worker on delivery.TaskQueue runs on the same client, as in `mailyard
+	// dev`; otherwise the start is an ordinary one.
+	EagerStart bool
 }
 
 // startConcurrency bounds the starts of one fan-out in flight at once.
@@ -57,6 +63,22 @@ func (r *Runs) StartFirst(ctx context.Context, ids []string) error {
 	if err != nil {
 		return err
 	}
+	return r.startFirst(ctx, ids, owners)
+}
+
+// StartFirstOf is StartFirst for the pending ones of deliveries just read or
+// written, whose rows already say whose they are: it saves StartFirst's
+// look-up of the owners (a round trip per ingested event).
+func (r *Runs) StartFirstOf(ctx context.Context, ds []store.Delivery) error {
+	ids := PendingIDs(ds)
+	owners := make(map[string]store.DeliveryOwner, len(ids))
+	for _, d := range ds {
+		owners[d.ID] = store.DeliveryOwner{ID: d.ID, OrganizationID: d.OrganizationID, WebhookID: d.WebhookID}
+	}
+	return r.startFirst(ctx, ids, owners)
+}
+
+func (r *Runs) startFirst(ctx context.Context, ids []string, owners map[string]store.DeliveryOwner) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(startConcurrency)
 	for _, id := range ids {
@@ -181,7 +203,8 @@ func (r *Runs) CancelInBackground(ids []string) {
 func (r *Runs) options(id string, o store.DeliveryOwner) client.StartWorkflowOptions {
 	owner := searchattr.Owner{OrganizationID: o.OrganizationID, WebhookID: o.WebhookID}
 	return client.StartWorkflowOptions{ID: delivery.WorkflowID(id), TaskQueue: delivery.TaskQueue,
-		TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("delivery " + id)}
+		TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("delivery " + id),
+		EnableEagerStart: r.EagerStart}
 }
 
 // owners reads whose the deliveries are (none without a Store).

@@ -37,6 +37,9 @@ type Delivery struct {
 
 	// Webhook is loaded with the delivery in one query by DeliveryWithWebhook.
 	Webhook *Webhook `bun:"rel:belongs-to,join:webhook_id=id"`
+	// PreviousSecretCount is how many unexpired previous secrets the
+	// webhook has, read by DeliveryWithWebhook.
+	PreviousSecretCount int `bun:"previous_secret_count,scanonly"`
 }
 
 // DeliveryAttempt is one POST as the delivery log shows it.
@@ -67,11 +70,15 @@ func (s *Store) CreateDelivery(ctx context.Context, d *Delivery) error {
 }
 
 // DeliveryWithWebhook reads a delivery, body included, and its webhook (in
-// any status) for the delivery activity.
+// any status) for the delivery activity, and counts the webhook's unexpired
+// previous secrets (PreviousSecretCount), so that the attempt reads them only
+// while a rotation is in its overlap.
 func (s *Store) DeliveryWithWebhook(ctx context.Context, id string) (*Delivery, *Webhook, error) {
-	// One round trip per attempt: the join instead of two look-ups.
+	// One round trip per attempt: the join instead of three look-ups.
 	d := new(Delivery)
-	if err := s.DB.NewSelect().Model(d).Relation("Webhook").Where("delivery.id = ?", id).Scan(ctx); err != nil {
+	if err := s.DB.NewSelect().Model(d).ColumnExpr("delivery.*").
+		ColumnExpr("(SELECT count(*) FROM webhook_previous_secrets AS p WHERE p.webhook_id = delivery.webhook_id AND p.expires_at > ?) AS previous_secret_count", now()).
+		Relation("Webhook").Where("delivery.id = ?", id).Scan(ctx); err != nil {
 		return nil, nil, notFound(err, "delivery")
 	}
 	return d, d.Webhook, nil
@@ -91,6 +98,16 @@ type AttemptEffect struct {
 	DisableIfUnhealthySince time.Time
 	// Healthy restarts the webhook's failure clock (a 2xx answer).
 	Healthy bool
+	// HealthyAt is the webhook's healthy_at as the attempt read it: when it
+	// is recent enough that Healthy would not rewrite it, the update is
+	// skipped (the column only moves forward).
+	HealthyAt time.Time
+}
+
+// simple reports whether the effect can disable nothing: the attempt is then
+// recorded without a transaction where the database allows (recordSimple).
+func (e AttemptEffect) simple() bool {
+	return e.Disable == "" && e.DisableIfUnhealthySince.IsZero()
 }
 
 // healthyResolution bounds how often a stream of 2xx answers rewrites the
@@ -102,19 +119,27 @@ const healthyResolution = time.Minute
 // raced a delete or a finished series never overwrites the final status.
 // When the effect disables the webhook, onDisable runs in the transaction and
 // the disabled webhook is returned; otherwise the webhook is nil.
+//
+// An attempt that can disable nothing takes one round trip on PostgreSQL: one
+// statement, whose data-modifying WITH clauses are as atomic as the
+// transaction (README, "Delivery attempts").
 func (s *Store) RecordAttempt(ctx context.Context, a *DeliveryAttempt, webhookID int64, effect AttemptEffect, onDisable OnDisable) (disabled *Webhook, err error) {
+	at := now()
+	healthy := effect.Healthy && effect.HealthyAt.Before(at.Add(-healthyResolution))
+	if effect.simple() && (s.IsPostgres() || effect.Status == "" && !healthy) {
+		return nil, s.recordSimple(ctx, a, webhookID, effect.Status, healthy, at)
+	}
 	err = s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		disabled = nil
 		if _, err := tx.NewInsert().Model(a).Returning("id").Exec(ctx); err != nil {
 			return err
 		}
-		at := now()
 		if effect.Status != "" {
 			if err := finishDelivery(ctx, tx, a.DeliveryID, effect.Status, at); err != nil {
 				return err
 			}
 		}
-		if effect.Healthy {
+		if healthy {
 			if _, err := tx.NewUpdate().Model((*Webhook)(nil)).Set("healthy_at = ?", at).
 				Where("id = ?", webhookID).Where("healthy_at < ?", at.Add(-healthyResolution)).
 				Exec(ctx); err != nil {
@@ -150,6 +175,29 @@ func (s *Store) RecordAttempt(ctx context.Context, a *DeliveryAttempt, webhookID
 		return nil
 	})
 	return disabled, err
+}
+
+// recordSimple logs an attempt, finishes the delivery (status, unless "")
+// and restarts the webhook's failure clock (healthy) in one statement. Only
+// PostgreSQL runs data-modifying WITH clauses; on SQLite it is called only
+// for the insert alone.
+func (s *Store) recordSimple(ctx context.Context, a *DeliveryAttempt, webhookID int64, status string, healthy bool, at time.Time) error {
+	insert := s.DB.NewInsert().Model(a).Returning("id")
+	if status == "" && !healthy {
+		_, err := insert.Exec(ctx)
+		return err
+	}
+	q := s.DB.NewSelect().With("attempt", insert)
+	if status != "" {
+		q = q.With("finished", s.DB.NewUpdate().Model((*Delivery)(nil)).
+			Set("status = ?", status).Set("finished_at = ?", at).
+			Where("id = ?", a.DeliveryID).Where("status = ?", DeliveryPending))
+	}
+	if healthy {
+		q = q.With("healthy", s.DB.NewUpdate().Model((*Webhook)(nil)).Set("healthy_at = ?", at).
+			Where("id = ?", webhookID).Where("healthy_at < ?", at.Add(-healthyResolution)))
+	}
+	return q.TableExpr("attempt").Column("id").Scan(ctx, &a.ID)
 }
 
 // FinishDelivery moves a pending delivery to a final status; it does nothing

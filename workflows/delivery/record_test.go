@@ -51,6 +51,12 @@ func (r *scriptedReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(status)
 }
 
+// recordedVersion names the histories TestRecordHistories writes: v1 are
+// runs of regular-activity attempts, v2 of local-activity attempts (the
+// "local-attempt" change). Older files stay: running deliveries of every
+// version must replay.
+const recordedVersion = "v2"
+
 // TestRecordHistories runs each scenario on the dev server with the real
 // activity, PostgreSQL and an HTTPS receiver, and writes its history into
 // testdata/ for the replay tests. It runs only when asked to
@@ -133,6 +139,6 @@ func TestRecordHistories(t *testing.T) {
 			t.Fatalf("%s: %v", sc.name, err)
 		}
 		t.Logf("%s: %+v", sc.name, res)
-		testenv.WriteHistory(t, tc, run, filepath.Join("testdata", fmt.Sprintf("webhook-delivery-v1-%s.json", sc.name)))
+		testenv.WriteHistory(t, tc, run, filepath.Join("testdata", fmt.Sprintf("webhook-delivery-%s-%s.json", recordedVersion, sc.name)))
 	}
 }

@@ -1,6 +1,9 @@
 package delivery_test
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,7 +18,41 @@ import (
 // code: a change that would break running deliveries fails here and needs
 // workflow.GetVersion.
 func TestReplayRecordedHistories(t *testing.T) {
-	testenv.ReplayHistories(t, "testdata/webhook-delivery-v1-*.json", 5, delivery.Workflow, delivery.WorkflowName)
+	testenv.ReplayHistories(t, "testdata/webhook-delivery-v*-*.json", 10, delivery.Workflow, delivery.WorkflowName)
+}
+
+// The histories are of the two versions the workflow runs: v1 made each
+// attempt a regular activity, v2 (the "local-attempt" change) a local
+// activity, whose result is a marker and which schedules no activity task.
+func TestRecordedHistoriesHoldBothVersions(t *testing.T) {
+	for version, wantLocal := range map[string]bool{"v1": false, "v2": true} {
+		files, _ := filepath.Glob("testdata/webhook-delivery-" + version + "-*.json")
+		if len(files) < 5 {
+			t.Fatalf("%s: %d histories", version, len(files))
+		}
+		for _, f := range files {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var h struct {
+				Events []struct {
+					EventType string `json:"eventType"`
+				} `json:"events"`
+			}
+			if err := json.Unmarshal(raw, &h); err != nil {
+				t.Fatal(err)
+			}
+			count := map[string]int{}
+			for _, e := range h.Events {
+				count[e.EventType]++
+			}
+			scheduled, markers := count["EVENT_TYPE_ACTIVITY_TASK_SCHEDULED"], count["EVENT_TYPE_MARKER_RECORDED"]
+			if local := markers > 0 && scheduled == 0; local != wantLocal || scheduled+markers == 0 {
+				t.Errorf("%s: %d activity tasks, %d markers", f, scheduled, markers)
+			}
+		}
+	}
 }
 
 // pauseFirst is a change to the workflow: a short pause before the first

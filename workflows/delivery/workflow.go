@@ -13,6 +13,17 @@ import (
 // worker's stop timeout waits for it (worker/webhooks.go).
 const AttemptTimeout = 30 * time.Second
 
+// attemptRetryFor bounds how long an attempt whose activity keeps failing
+// (the database down, the worker lost) is retried. A regular activity has no
+// such bound; a local activity needs one (ScheduleToClose), so it is longer
+// than any outage the platform rides out.
+const attemptRetryFor = 7 * 24 * time.Hour
+
+// localAttemptChange versions the switch from a regular activity per attempt
+// to a local activity (README, "Delivery attempts"). Runs started
+// before it keep regular activities; new runs make local ones.
+const localAttemptChange = "local-attempt"
+
 // attemptOptions bound one attempt. The HTTP exchange itself is limited to
 // 15 s by the webhook client; the rest is reading and writing the database.
 // Activity errors are infrastructure trouble (database down, worker lost), not
@@ -20,11 +31,30 @@ const AttemptTimeout = 30 * time.Second
 // own schedule is walked by the workflow, not by this policy.
 var attemptOptions = workflow.ActivityOptions{
 	StartToCloseTimeout: AttemptTimeout,
-	RetryPolicy: &temporal.RetryPolicy{
-		InitialInterval:    time.Second,
-		BackoffCoefficient: 2,
-		MaximumInterval:    time.Minute,
-	},
+	RetryPolicy:         attemptRetry,
+}
+
+var attemptRetry = &temporal.RetryPolicy{
+	InitialInterval:    time.Second,
+	BackoffCoefficient: 2,
+	MaximumInterval:    time.Minute,
+}
+
+// localAttemptOptions bound one attempt made as a local activity: in the
+// worker that runs the workflow task, with its result recorded as a marker in
+// the workflow task's completion instead of three activity events and a
+// second workflow task. Each try has the same 30 s as a regular attempt
+// (StartToClose); the SDK keeps the workflow task alive (it heartbeats it
+// before the 10 s workflow task timeout) while a try runs. Retries of
+// infrastructure errors follow the same policy: a backoff under the workflow
+// task timeout waits in the worker, a longer one on a workflow timer. A
+// worker lost mid-attempt is noticed when its workflow task times out, and
+// the attempt is made again by another worker, as a regular activity's
+// would be after its StartToClose.
+var localAttemptOptions = workflow.LocalActivityOptions{
+	ScheduleToCloseTimeout: attemptRetryFor,
+	StartToCloseTimeout:    AttemptTimeout,
+	RetryPolicy:            attemptRetry,
 }
 
 // Workflow delivers one event to one webhook: an attempt after each wait of
@@ -39,7 +69,16 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 		schedule = DefaultSchedule
 	}
 	ctx = workflow.WithActivityOptions(ctx, attemptOptions)
+	ctx = workflow.WithLocalActivityOptions(ctx, localAttemptOptions)
 	logger := workflow.GetLogger(ctx)
+	// One decision for the whole series: a run that began with regular
+	// activities keeps them (its history has no marker here), a new run
+	// records version 1 and makes every attempt a local activity.
+	local := workflow.GetVersion(ctx, localAttemptChange, workflow.DefaultVersion, 1) == 1
+	execute := workflow.ExecuteActivity
+	if local {
+		execute = workflow.ExecuteLocalActivity
+	}
 
 	var retryAfter time.Duration
 	for i := range schedule {
@@ -55,7 +94,7 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 
 		var r AttemptResult
 		attempt := AttemptInput{DeliveryID: in.DeliveryID, Attempt: i + 1, Final: i == len(schedule)-1}
-		if err := workflow.ExecuteActivity(ctx, AttemptActivity, attempt).Get(ctx, &r); err != nil {
+		if err := execute(ctx, AttemptActivity, attempt).Get(ctx, &r); err != nil {
 			return Result{}, err
 		}
 		logger.Info("delivery attempt", "delivery_id", in.DeliveryID, "attempt", i+1, "verdict", r.Verdict, "status_code", r.StatusCode)
