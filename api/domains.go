@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -160,25 +161,33 @@ func (s *Server) addDomain(ctx context.Context, in *AddDomainInput) (*Response[A
 	}
 	d := &store.Domain{OrganizationID: principalFrom(ctx).OrganizationID, Domain: name, MailFromSubdomain: mailFrom, DKIMToken: token}
 	records := s.customerRecords(token, name, mailFrom)
-	if err := s.store.CreateDomain(ctx, d, records); err != nil {
+	answer := func() *Response[AddDomainData] {
+		out := AddDomainData{
+			Domain:     AddedDomain{ID: d.ID, Domain: d.Domain, Status: d.Status, MailFromSubdomain: d.MailFromSubdomain, CreatedAt: d.CreatedAt.UTC()},
+			DNSRecords: make([]DNSRecord, len(records)),
+		}
+		for i, r := range records {
+			out.DNSRecords[i] = DNSRecord{Purpose: r.Purpose, Type: r.Type, Name: r.Name, Value: r.Value}
+		}
+		return respond(out)
+	}
+	// With an Idempotency-Key the answer commits with the domain: a retry
+	// after this process dies gets the same domain, whose onboarding the
+	// sweep starts if this process could not (SweepUnstartedOnboarding).
+	txCtx := s.answerInTx(ctx, http.StatusCreated, func() any { return answer().Body })
+	if err := s.store.CreateDomain(txCtx, d, records); err != nil {
 		return nil, err
 	}
 	if err := s.onboarding.Start(ctx, d); err != nil {
-		// Without its workflow the domain would never be verified: take it back so
-		// the client can simply retry.
-		if delErr := s.store.DeleteDomain(context.WithoutCancel(ctx), d.ID); delErr != nil {
+		// Without its workflow the domain would never be verified: take it
+		// back (with the answer stored with it) so the client can simply retry.
+		undo := context.WithoutCancel(ctx)
+		if delErr := errors.Join(s.store.DeleteDomain(undo, d.ID), s.undoAnswerInTx(undo)); delErr != nil {
 			s.logger.ErrorContext(ctx, "removing a domain whose onboarding did not start", "domain_id", d.ID, "error", delErr)
 		}
 		return nil, err
 	}
-	out := AddDomainData{
-		Domain:     AddedDomain{ID: d.ID, Domain: d.Domain, Status: d.Status, MailFromSubdomain: d.MailFromSubdomain, CreatedAt: d.CreatedAt.UTC()},
-		DNSRecords: make([]DNSRecord, len(records)),
-	}
-	for i, r := range records {
-		out.DNSRecords[i] = DNSRecord{Purpose: r.Purpose, Type: r.Type, Name: r.Name, Value: r.Value}
-	}
-	return respond(out), nil
+	return answer(), nil
 }
 
 // customerRecords are the four records of the seed, in order.

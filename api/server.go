@@ -130,11 +130,11 @@ func (s *Server) Handler() http.Handler { return s.handler }
 func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
 
 // Run does the API's background work (recording key use, deleting expired
-// idempotency keys, erasing expired previous signing secrets, removing emails
-// whose workflow never started) until ctx ends.
+// idempotency keys, erasing expired previous signing secrets, finishing emails
+// and domains whose workflow never started) until ctx ends.
 func (s *Server) Run(ctx context.Context) {
 	go s.sweepIdempotencyKeys(ctx)
-	go s.sweepUnstartedEmails(ctx)
+	go s.sweepUnstarted(ctx)
 	go s.erasePreviousSecrets(ctx)
 	s.usage.Run(ctx)
 }

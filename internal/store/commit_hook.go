@@ -8,7 +8,7 @@ import (
 
 type commitHookKey struct{}
 
-// WithCommitHook returns a context whose creation (CreateWebhook, CreateEmail) runs f
+// WithCommitHook returns a context whose creation (CreateWebhook, CreateEmail, CreateDomain) runs f
 // inside its own transaction, after its writes: what f writes commits with the
 // creation or not at all, and an error from f rolls the creation back. The API
 // stores an idempotent answer this way (docs/api-conventions.md), so that a

@@ -147,7 +147,7 @@ func (s *Store) CreateDomain(ctx context.Context, d *Domain, records []DomainRec
 			return err
 		}
 		if len(records) == 0 {
-			return nil
+			return runCommitHook(ctx, tx)
 		}
 		for i := range records {
 			records[i].DomainID = d.ID
@@ -155,8 +155,10 @@ func (s *Store) CreateDomain(ctx context.Context, d *Domain, records []DomainRec
 				records[i].Status = RecordPending
 			}
 		}
-		_, err := tx.NewInsert().Model(&records).Exec(ctx)
-		return err
+		if _, err := tx.NewInsert().Model(&records).Exec(ctx); err != nil {
+			return err
+		}
+		return runCommitHook(ctx, tx)
 	})
 	if isUniqueViolation(err) {
 		return apperr.Errorf(apperr.DomainExists, "domain", "domain %s was already added to this organization", d.Domain)
@@ -263,6 +265,17 @@ func (s *Store) ReopenDomain(ctx context.Context, domainID int64, at time.Time) 
 		Set("status = ?", DomainPending).Set("window_started_at = ?", at).
 		Where("id = ?", domainID).Where("status = ?", DomainFailed).Exec(ctx)
 	return err
+}
+
+// PendingDomainsCreatedBetween returns up to limit pending, not deleted
+// domains created in [from, to), oldest first.
+func (s *Store) PendingDomainsCreatedBetween(ctx context.Context, from, to time.Time, limit int) ([]Domain, error) {
+	domains := []Domain{}
+	err := s.DB.NewSelect().Model(&domains).
+		Where("status = ?", DomainPending).Where("deleted_at IS NULL").
+		Where("created_at >= ?", from).Where("created_at < ?", to).
+		OrderExpr("created_at").Limit(int64(limit)).Scan(ctx)
+	return domains, err
 }
 
 // DeleteDomain removes a domain and its records (used to undo an add whose

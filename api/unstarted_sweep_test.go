@@ -2,9 +2,11 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 
 	"github.com/mailyard/mailyard/internal/store"
@@ -38,9 +40,9 @@ func TestSweepFinishesEmailsWhoseWorkflowNeverStarted(t *testing.T) {
 	// What a killed API process leaves: stored, never started; one answered
 	// (its answer committed with it), one not.
 	answered := h.storeEmail(store.WithCommitHook(ctx, func(context.Context, bun.Tx) error { return nil }),
-		domainID, "0193a000-0000-7000-8000-000000000001")
-	unanswered := h.storeEmail(ctx, domainID, "0193a000-0000-7000-8000-000000000002")
-	young := h.storeEmail(ctx, domainID, "0193a000-0000-7000-8000-000000000003")
+		domainID, uuid.NewString())
+	unanswered := h.storeEmail(ctx, domainID, uuid.NewString())
+	young := h.storeEmail(ctx, domainID, uuid.NewString())
 	if _, err := h.store.DB.NewUpdate().Model((*store.Email)(nil)).Set("created_at = ?", time.Now().Add(-3*time.Minute)).
 		Where("id IN (?)", bun.List([]string{started, answered, unanswered})).Exec(ctx); err != nil {
 		t.Fatal(err)
@@ -76,4 +78,65 @@ func (h *harness) storeEmail(ctx context.Context, domainID int64, id string) str
 		h.t.Fatal(err)
 	}
 	return id
+}
+
+// A domain whose API process died before its onboarding started stays
+// pending with no run. The sweep starts onboarding for such domains added
+// within its horizon, once they are old enough, and leaves the others.
+func TestSweepStartsOnboardingThatNeverStarted(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+
+	// Added through the API with an Idempotency-Key: onboarding starts, and a
+	// retry gets the same domain, not 409 domain_exists.
+	header := map[string]string{"Idempotency-Key": "add-1"}
+	body := map[string]any{"domain": "added.example"}
+	res := h.doAt(h.srv.URL, "POST", "/api/v1/domains", h.adminKey, body, header)
+	if res.Status != 201 {
+		t.Fatalf("add: %d %s", res.Status, res.Raw)
+	}
+	again := h.doAt(h.srv.URL, "POST", "/api/v1/domains", h.adminKey, body, header)
+	if again.Status != 201 || string(again.Raw) != string(res.Raw) {
+		t.Fatalf("retry: %d %s, want the first answer", again.Status, again.Raw)
+	}
+
+	// What a killed API process leaves: pending, no run; one within the
+	// horizon, one too young, one beyond the horizon.
+	// Ids far from the other tests' (they share the Temporal server, where
+	// the runs are named by domain id).
+	base := time.Now().UnixNano() % 1_000_000_000 * 10
+	orphan := h.pendingDomainWithID(base+1, "orphan.example")
+	young := h.pendingDomainWithID(base+2, "young.example")
+	ancient := h.pendingDomainWithID(base+3, "ancient.example")
+	for id, age := range map[int64]time.Duration{orphan: 3 * time.Minute, ancient: 2 * time.Hour} {
+		if _, err := h.store.DB.NewUpdate().Model((*store.Domain)(nil)).Set("created_at = ?", time.Now().Add(-age)).
+			Where("id = ?", id).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	started, err := h.api.SweepUnstartedOnboarding(ctx)
+	if err != nil || started != 1 {
+		t.Fatalf("sweep started %d (%v), want 1", started, err)
+	}
+	for id, want := range map[int64]bool{orphan: true, young: false, ancient: false} {
+		_, err := h.temporal.DescribeWorkflowExecution(ctx, fmt.Sprintf("domain-onboarding:%d", id), "")
+		if (err == nil) != want {
+			t.Errorf("domain %d: onboarding run exists=%v, want %v", id, err == nil, want)
+		}
+	}
+	if started, err := h.api.SweepUnstartedOnboarding(ctx); err != nil || started != 0 {
+		t.Errorf("a second sweep started %d (%v)", started, err)
+	}
+}
+
+// pendingDomainWithID stores a pending domain with the given id, as an API
+// process does before it starts onboarding.
+func (h *harness) pendingDomainWithID(id int64, name string) int64 {
+	h.t.Helper()
+	d := &store.Domain{ID: id, OrganizationID: h.orgID, Domain: name, MailFromSubdomain: "mail." + name, DKIMToken: fmt.Sprintf("token%d", id)}
+	if err := h.store.CreateDomain(context.Background(), d, nil); err != nil {
+		h.t.Fatal(err)
+	}
+	return d.ID
 }

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/mailyard/mailyard/workflows/email"
+	"github.com/mailyard/mailyard/workflows/onboarding"
 )
 
 const (
@@ -20,10 +21,16 @@ const (
 	// that cannot start it in that time removes the email and answers 503.
 	startEmailTimeout = 30 * time.Second
 
-	// unstartedEmailSweepEvery is how often the sweep runs, and
-	// unstartedEmailBatch how many emails one pass looks at.
-	unstartedEmailSweepEvery = time.Minute
-	unstartedEmailBatch      = 100
+	// unstartedSweepEvery is how often the sweeps run, and unstartedBatch
+	// how many emails or domains one pass looks at.
+	unstartedSweepEvery = time.Minute
+	unstartedBatch      = 100
+
+	// unstartedDomainHorizon bounds the domains the onboarding sweep asks
+	// Temporal about, so that it does not describe every pending domain's
+	// run each minute. A domain older than that without a run is still
+	// onboarded again by Verify domain (onboardingRuns.Verify).
+	unstartedDomainHorizon = time.Hour
 )
 
 // SweepUnstartedEmails finishes what an API process left undone when it died
@@ -38,7 +45,7 @@ const (
 // An email whose workflow exists, running or not, is left alone. It returns
 // how many emails it started and removed.
 func (s *Server) SweepUnstartedEmails(ctx context.Context) (started, removed int, err error) {
-	emails, err := s.store.UnacceptedEmailsBefore(ctx, time.Now().Add(-unstartedEmailAge), unstartedEmailBatch)
+	emails, err := s.store.UnacceptedEmailsBefore(ctx, time.Now().Add(-unstartedEmailAge), unstartedBatch)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -69,11 +76,43 @@ func (s *Server) SweepUnstartedEmails(ctx context.Context) (started, removed int
 	return started, removed, nil
 }
 
-// sweepUnstartedEmails runs SweepUnstartedEmails every
-// unstartedEmailSweepEvery until ctx ends. Every API process sweeps; the
-// deletes are idempotent.
-func (s *Server) sweepUnstartedEmails(ctx context.Context) {
-	t := time.NewTicker(unstartedEmailSweepEvery)
+// SweepUnstartedOnboarding starts the onboarding of pending domains added in
+// the last unstartedDomainHorizon (and at least unstartedEmailAge ago) that
+// have no onboarding run: their API process died between storing the domain
+// and starting the run. Unlike an email, such a domain is never removed: the
+// client's retry finds it (its answer committed with it, or 409
+// domain_exists), and onboarding it is all that was left to do. It returns
+// how many it started.
+func (s *Server) SweepUnstartedOnboarding(ctx context.Context) (int, error) {
+	now := time.Now()
+	domains, err := s.store.PendingDomainsCreatedBetween(ctx, now.Add(-unstartedDomainHorizon), now.Add(-unstartedEmailAge), unstartedBatch)
+	if err != nil {
+		return 0, err
+	}
+	started := 0
+	for i := range domains {
+		d := &domains[i]
+		_, err := s.temporal.DescribeWorkflowExecution(ctx, onboarding.WorkflowID(d.ID), "")
+		var notFound *serviceerror.NotFound
+		if !errors.As(err, &notFound) {
+			if err != nil {
+				return started, err
+			}
+			continue
+		}
+		if err := s.onboarding.Start(ctx, d); err != nil {
+			return started, err
+		}
+		s.logger.InfoContext(ctx, "started the onboarding of a domain whose API process died first", "domain_id", d.ID)
+		started++
+	}
+	return started, nil
+}
+
+// sweepUnstarted runs both sweeps every unstartedSweepEvery until ctx ends.
+// Every API process sweeps; what they do is idempotent.
+func (s *Server) sweepUnstarted(ctx context.Context) {
+	t := time.NewTicker(unstartedSweepEvery)
 	defer t.Stop()
 	for {
 		select {
@@ -83,6 +122,9 @@ func (s *Server) sweepUnstartedEmails(ctx context.Context) {
 		}
 		if _, _, err := s.SweepUnstartedEmails(ctx); err != nil && ctx.Err() == nil {
 			s.logger.WarnContext(ctx, "sweeping unstarted emails", "error", err)
+		}
+		if _, err := s.SweepUnstartedOnboarding(ctx); err != nil && ctx.Err() == nil {
+			s.logger.WarnContext(ctx, "sweeping unstarted onboarding", "error", err)
 		}
 	}
 }
