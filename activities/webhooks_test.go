@@ -229,7 +229,7 @@ const (
 func TestAttemptRoundTrips(t *testing.T) {
 	f := newDeliveryFixture(t)
 	c := &queryCounter{}
-	f.st.DB.AddQueryHook(c)
+	f.st.DB = f.st.DB.WithQueryHook(c)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name   string
