@@ -51,12 +51,11 @@ func (s *Server) SweepUnstartedEmails(ctx context.Context) (started, removed int
 	}
 	for i := range emails {
 		e := &emails[i]
-		_, err := s.temporal.DescribeWorkflowExecution(ctx, email.WorkflowID(e.ID), "")
-		var notFound *serviceerror.NotFound
-		if !errors.As(err, &notFound) {
-			if err != nil {
-				return started, removed, err // Temporal unreachable: try again next pass
-			}
+		missing, err := s.workflowMissing(ctx, email.WorkflowID(e.ID))
+		if err != nil {
+			return started, removed, err // Temporal unreachable: try again next pass
+		}
+		if !missing {
 			continue // started; waiting for a worker
 		}
 		if e.Answered {
@@ -92,12 +91,11 @@ func (s *Server) SweepUnstartedOnboarding(ctx context.Context) (int, error) {
 	started := 0
 	for i := range domains {
 		d := &domains[i]
-		_, err := s.temporal.DescribeWorkflowExecution(ctx, onboarding.WorkflowID(d.ID), "")
-		var notFound *serviceerror.NotFound
-		if !errors.As(err, &notFound) {
-			if err != nil {
-				return started, err
-			}
+		missing, err := s.workflowMissing(ctx, onboarding.WorkflowID(d.ID))
+		if err != nil {
+			return started, err
+		}
+		if !missing {
 			continue
 		}
 		if err := s.onboarding.Start(ctx, d); err != nil {
@@ -107,6 +105,17 @@ func (s *Server) SweepUnstartedOnboarding(ctx context.Context) (int, error) {
 		started++
 	}
 	return started, nil
+}
+
+// workflowMissing tells whether Temporal knows no run of the workflow id,
+// open or closed.
+func (s *Server) workflowMissing(ctx context.Context, workflowID string) (bool, error) {
+	_, err := s.temporal.DescribeWorkflowExecution(ctx, workflowID, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return true, nil
+	}
+	return false, err
 }
 
 // sweepUnstarted runs both sweeps every unstartedSweepEvery until ctx ends.
