@@ -396,19 +396,11 @@ func (c *recordingContext) BodyWriter() io.Writer {
 // database before it serves), then every idempotencySweepEvery. Every API
 // process sweeps; the deletes are idempotent.
 func (s *Server) sweepIdempotencyKeys(ctx context.Context) {
-	t := time.NewTimer(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		t.Reset(idempotencySweepEvery)
+	repeat(ctx, time.Minute, idempotencySweepEvery, func(ctx context.Context) {
 		if n, err := s.store.DeleteExpiredIdempotencyKeys(ctx, time.Now()); err != nil && ctx.Err() == nil {
 			s.logger.WarnContext(ctx, "deleting expired idempotency keys", "error", err)
 		} else if n > 0 {
 			s.logger.InfoContext(ctx, "deleted expired idempotency keys", "count", n)
 		}
-	}
+	})
 }

@@ -145,20 +145,29 @@ func (s *Server) Run(ctx context.Context) {
 const eraseEvery = 30 * time.Second
 
 func (s *Server) erasePreviousSecrets(ctx context.Context) {
-	t := time.NewTicker(eraseEvery)
-	defer t.Stop()
 	// The first pass waits a period too, like the idempotency sweep: a process
 	// that just started has nothing urgent to erase (deliveries never use an
 	// expired secret).
+	repeat(ctx, eraseEvery, eraseEvery, func(ctx context.Context) {
+		if _, err := s.store.ErasePreviousSecrets(ctx); err != nil && ctx.Err() == nil {
+			s.logger.Warn("erase expired previous signing secrets", "error", err)
+		}
+	})
+}
+
+// repeat runs f first after first, then every period (from start to start),
+// until ctx ends: the API's background sweeps.
+func repeat(ctx context.Context, first, period time.Duration, f func(context.Context)) {
+	t := time.NewTimer(first)
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if _, err := s.store.ErasePreviousSecrets(ctx); err != nil && ctx.Err() == nil {
-			s.logger.Warn("erase expired previous signing secrets", "error", err)
-		}
+		t.Reset(period)
+		f(ctx)
 	}
 }
 

@@ -12,10 +12,10 @@ import (
 )
 
 const (
-	// unstartedEmailAge is how old an email no workflow has accepted must be
+	// unstartedAge is how old an email no workflow has accepted must be
 	// before the sweep asks Temporal about it: far longer than a request takes
 	// from storing an email to starting its workflow (startEmailTimeout).
-	unstartedEmailAge = 2 * time.Minute
+	unstartedAge = 2 * time.Minute
 
 	// startEmailTimeout bounds the start of an email's workflow: a request
 	// that cannot start it in that time removes the email and answers 503.
@@ -45,7 +45,7 @@ const (
 // An email whose workflow exists, running or not, is left alone. It returns
 // how many emails it started and removed.
 func (s *Server) SweepUnstartedEmails(ctx context.Context) (started, removed int, err error) {
-	emails, err := s.store.UnacceptedEmailsBefore(ctx, time.Now().Add(-unstartedEmailAge), unstartedBatch)
+	emails, err := s.store.UnacceptedEmailsBefore(ctx, time.Now().Add(-unstartedAge), unstartedBatch)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -76,7 +76,7 @@ func (s *Server) SweepUnstartedEmails(ctx context.Context) (started, removed int
 }
 
 // SweepUnstartedOnboarding starts the onboarding of pending domains added in
-// the last unstartedDomainHorizon (and at least unstartedEmailAge ago) that
+// the last unstartedDomainHorizon (and at least unstartedAge ago) that
 // have no onboarding run: their API process died between storing the domain
 // and starting the run. Unlike an email, such a domain is never removed: the
 // client's retry finds it (its answer committed with it, or 409
@@ -84,7 +84,7 @@ func (s *Server) SweepUnstartedEmails(ctx context.Context) (started, removed int
 // how many it started.
 func (s *Server) SweepUnstartedOnboarding(ctx context.Context) (int, error) {
 	now := time.Now()
-	domains, err := s.store.PendingDomainsCreatedBetween(ctx, now.Add(-unstartedDomainHorizon), now.Add(-unstartedEmailAge), unstartedBatch)
+	domains, err := s.store.PendingDomainsCreatedBetween(ctx, now.Add(-unstartedDomainHorizon), now.Add(-unstartedAge), unstartedBatch)
 	if err != nil {
 		return 0, err
 	}
@@ -121,19 +121,12 @@ func (s *Server) workflowMissing(ctx context.Context, workflowID string) (bool, 
 // sweepUnstarted runs both sweeps every unstartedSweepEvery until ctx ends.
 // Every API process sweeps; what they do is idempotent.
 func (s *Server) sweepUnstarted(ctx context.Context) {
-	t := time.NewTicker(unstartedSweepEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	repeat(ctx, unstartedSweepEvery, unstartedSweepEvery, func(ctx context.Context) {
 		if _, _, err := s.SweepUnstartedEmails(ctx); err != nil && ctx.Err() == nil {
 			s.logger.WarnContext(ctx, "sweeping unstarted emails", "error", err)
 		}
 		if _, err := s.SweepUnstartedOnboarding(ctx); err != nil && ctx.Err() == nil {
 			s.logger.WarnContext(ctx, "sweeping unstarted onboarding", "error", err)
 		}
-	}
+	})
 }
