@@ -12,9 +12,10 @@ import (
 )
 
 const (
-	// unstartedAge is how old an email no workflow has accepted must be
-	// before the sweep asks Temporal about it: far longer than a request takes
-	// from storing an email to starting its workflow (startEmailTimeout).
+	// unstartedAge is how old an email no workflow has accepted, or a
+	// pending domain, must be before a sweep asks Temporal about it: far
+	// longer than a request takes from storing it to starting its workflow
+	// (startEmailTimeout).
 	unstartedAge = 2 * time.Minute
 
 	// startEmailTimeout bounds the start of an email's workflow: a request
