@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun"
 	"go.temporal.io/sdk/activity"
 
+	"github.com/mailyard/mailyard/internal/bouncetag"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/mailmsg"
@@ -31,6 +32,8 @@ type Emails struct {
 	Store  *store.Store
 	Box    *secrets.Box
 	Sender *smtpsend.Sender
+	// Tags computes the tagged envelope sender (docs/inbound.md).
+	Tags *bouncetag.Tagger
 	// Runs starts the webhook deliveries of the outcome events.
 	Runs *deliveryruns.Runs
 	// SendLimit bounds the SMTP part of one attempt (default
@@ -85,6 +88,11 @@ func (a *Emails) Prepare(ctx context.Context, in email.PrepareInput) (email.Prep
 	}
 	if d.DeletedAt != nil {
 		return email.PrepareResult{}, a.endAll(ctx, e, d, pending, reasonDomainDeleted)
+	}
+	if e.EnvelopeSender == nil {
+		if _, err := a.Store.SetEnvelopeSender(ctx, e.ID, a.Tags.Sender(e.ID, d.MailFromSubdomain)); err != nil {
+			return email.PrepareResult{}, err
+		}
 	}
 	if e.SignedMessage == nil && e.ErasedAt == nil {
 		if err := a.buildAndSign(ctx, e, d); err != nil {
@@ -201,7 +209,7 @@ func (a *Emails) Attempt(ctx context.Context, in email.AttemptInput) (email.Atte
 	}
 	sendCtx, cancel := context.WithTimeout(ctx, limit)
 	started := time.Now()
-	results := a.Sender.Send(sendCtx, envelopeSender(e.ID, d.MailFromSubdomain), addrs, e.SignedMessage)
+	results := a.Sender.Send(sendCtx, envelopeSender(e, d), addrs, e.SignedMessage)
 	cancel()
 	if err := ctx.Err(); err != nil {
 		// The worker is stopping: nothing is recorded, and the retried
@@ -332,13 +340,17 @@ type outcome struct {
 // outcomeData is the data of a delivered or bounced event (docs/sending.md):
 // the fields of an ingested event plus what the platform knows of the bounce.
 type outcomeData struct {
-	MessageID   string `json:"message_id"`
-	ToEmail     string `json:"to_email"`
-	Subject     string `json:"subject"`
-	BounceType  string `json:"bounce_type,omitempty"`
-	SMTPCode    int    `json:"smtp_code,omitempty"`
-	SMTPMessage string `json:"smtp_message,omitempty"`
-	Reason      string `json:"reason,omitempty"`
+	MessageID      string `json:"message_id"`
+	ToEmail        string `json:"to_email"`
+	Subject        string `json:"subject"`
+	BounceType     string `json:"bounce_type,omitempty"`
+	SMTPCode       int    `json:"smtp_code,omitempty"`
+	SMTPMessage    string `json:"smtp_message,omitempty"`
+	EnhancedStatus string `json:"enhanced_status,omitempty"`
+	Reason         string `json:"reason,omitempty"`
+	// Async tells a bounce reported later by mail (true) from one seen in
+	// the SMTP conversation (false); absent on delivered events.
+	Async *bool `json:"async,omitempty"`
 }
 
 // outcome stores the recipient's event with its webhook deliveries, counts
@@ -351,10 +363,15 @@ func (a *Emails) outcome(e *store.Email, d *store.Domain, r store.EmailRecipient
 		if o.delivered {
 			typ, counter = eventtype.Delivered, store.StatDelivered
 		}
-		body, err := webhook.BuildEnvelope(string(typ), at, outcomeData{
+		data := outcomeData{
 			MessageID: e.ID, ToEmail: r.Address, Subject: e.Subject,
 			BounceType: o.bounceType, SMTPCode: o.code, SMTPMessage: o.message, Reason: o.reason,
-		})
+		}
+		if !o.delivered {
+			sync := false
+			data.Async = &sync
+		}
+		body, err := webhook.BuildEnvelope(string(typ), at, data)
 		if err != nil {
 			return err
 		}
@@ -387,9 +404,13 @@ func (a *Emails) deferred(e *store.Email) func(context.Context, bun.IDB, string)
 }
 
 // envelopeSender is the MAIL FROM of an email: bounces come back to the
-// domain's MAIL FROM subdomain, tagged with the email's id.
-func envelopeSender(emailID, mailFromSubdomain string) string {
-	return "bounces+" + emailID + "@" + mailFromSubdomain
+// domain's MAIL FROM subdomain, tagged with the email's id. Prepare stores
+// it; an email prepared by a release before tags has the untagged form.
+func envelopeSender(e *store.Email, d *store.Domain) string {
+	if e.EnvelopeSender != nil {
+		return *e.EnvelopeSender
+	}
+	return bouncetag.Untagged(e.ID, d.MailFromSubdomain)
 }
 
 // smtpResponse is the recipient's last response as the API shows it.

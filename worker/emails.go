@@ -6,6 +6,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/mailyard/mailyard/activities"
+	"github.com/mailyard/mailyard/internal/bouncetag"
 	"github.com/mailyard/mailyard/internal/dnscheck"
 	"github.com/mailyard/mailyard/internal/smtpsend"
 	"github.com/mailyard/mailyard/workflows/email"
@@ -24,8 +25,12 @@ func newEmailWorker(d Deps, fatal chan<- error) (sdkworker.Worker, error) {
 			return nil, err
 		}
 	}
+	tags, err := bouncetag.New(d.Config.EncryptionKey)
+	if err != nil {
+		return nil, err
+	}
 	w := sdkworker.New(d.Client, email.TaskQueue, workerOptions(emailStopTimeout, fatal))
-	RegisterEmails(w, &activities.Emails{Store: d.Store, Box: d.Box, Sender: sender, Runs: d.Events.Runs})
+	RegisterEmails(w, &activities.Emails{Store: d.Store, Box: d.Box, Tags: tags, Sender: sender, Runs: d.Events.Runs})
 	return w, nil
 }
 

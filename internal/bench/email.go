@@ -27,6 +27,7 @@ import (
 
 	"github.com/mailyard/mailyard/activities"
 	"github.com/mailyard/mailyard/api"
+	"github.com/mailyard/mailyard/internal/bouncetag"
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/keys"
@@ -96,6 +97,7 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 
 	key := make([]byte, 32)
 	box, _ := secrets.New(key)
+	tags, _ := bouncetag.New(key)
 	env := map[string]string{
 		// Benchmarks measure throughput, not the per-key rate limit.
 		"MAILYARD_RATE_LIMIT": "off",
@@ -139,7 +141,7 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 	defer tc.Close()
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	w := sdkworker.New(tc, email.TaskQueue, sdkworker.Options{})
-	worker.RegisterEmails(w, &activities.Emails{Store: st, Box: box, Sender: sender, Runs: &deliveryruns.Runs{Temporal: tc, Logger: discard}})
+	worker.RegisterEmails(w, &activities.Emails{Store: st, Box: box, Tags: tags, Sender: sender, Runs: &deliveryruns.Runs{Temporal: tc, Logger: discard}})
 	ceiling := sdkworker.New(tc, emailCeilingQueue, sdkworker.Options{})
 	registerCeiling(ceiling, sendSigned)
 	for _, wk := range []sdkworker.Worker{w, ceiling} {

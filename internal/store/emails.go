@@ -48,9 +48,13 @@ type Email struct {
 	Content []byte `bun:"content"`
 	// SignedMessage is the DKIM-signed message every attempt sends (nil
 	// until the first delivery step builds it, and once erased).
-	SignedMessage []byte     `bun:"signed_message"`
-	DKIMSelector  *string    `bun:"dkim_selector"`
-	AcceptedAt    *time.Time `bun:"accepted_at"`
+	SignedMessage []byte  `bun:"signed_message"`
+	DKIMSelector  *string `bun:"dkim_selector"`
+	// EnvelopeSender is the MAIL FROM the email is sent with
+	// (bounces+<id>.<tag>@<mailfrom subdomain>, docs/inbound.md), set by the
+	// first delivery step; the inbound listener accepts bounces only at it.
+	EnvelopeSender *string    `bun:"envelope_sender"`
+	AcceptedAt     *time.Time `bun:"accepted_at"`
 	// Answered: the client got the email's id in an answer that committed
 	// with the email (WithCommitHook), so it must be sent even if the API
 	// process died before starting its workflow.
@@ -203,6 +207,12 @@ func (s *Store) ListEmails(ctx context.Context, sc EmailScope, page Page) ([]Ema
 	return emails, byEmail, more, err
 }
 
+// EmailRecipients lists an email's recipients in request order.
+func (s *Store) EmailRecipients(ctx context.Context, emailID string) ([]EmailRecipient, error) {
+	byEmail, err := s.recipientsOf(ctx, []string{emailID})
+	return byEmail[emailID], err
+}
+
 func (s *Store) recipientsOf(ctx context.Context, ids []string) (map[string][]EmailRecipient, error) {
 	var rows []EmailRecipient
 	if err := s.DB.NewSelect().Model(&rows).Where("email_id IN (?)", bun.List(ids)).
@@ -244,6 +254,19 @@ func (s *Store) SaveSignedMessage(ctx context.Context, id string, signed []byte,
 	}
 	var stored []byte
 	err = s.DB.NewSelect().Model((*Email)(nil)).Column("signed_message").Where("id = ?", id).Scan(ctx, &stored)
+	return stored, notFound(err, "email")
+}
+
+// SetEnvelopeSender stores the envelope sender of an email unless one is
+// stored already (emails sent before tags keep theirs), and returns the one
+// stored either way.
+func (s *Store) SetEnvelopeSender(ctx context.Context, id, sender string) (string, error) {
+	if _, err := s.DB.NewUpdate().Model((*Email)(nil)).Set("envelope_sender = ?", sender).
+		Where("id = ?", id).Where("envelope_sender IS NULL").Exec(ctx); err != nil {
+		return "", err
+	}
+	var stored string
+	err := s.DB.NewSelect().Model((*Email)(nil)).Column("envelope_sender").Where("id = ?", id).Scan(ctx, &stored)
 	return stored, notFound(err, "email")
 }
 
@@ -296,13 +319,27 @@ type RecipientChange struct {
 // outcome recorded once is never announced twice, however often the step
 // that found it is retried. It reports whether the change was made.
 func (s *Store) ChangeRecipient(ctx context.Context, emailID string, c RecipientChange, effects func(ctx context.Context, tx bun.IDB, before string) error) (bool, error) {
+	return s.changeRecipientFrom(ctx, emailID, pendingRecipientStatuses, c, effects)
+}
+
+// ReviseRecipient is ChangeRecipient for an outcome learned after the
+// recipient may already be final: a bounce reported after the recipient's
+// server accepted the message moves a delivered (or still pending) recipient
+// to bounced. A recipient already bounced or suppressed is left alone, so
+// the same report twice, or a second report, announces nothing again.
+func (s *Store) ReviseRecipient(ctx context.Context, emailID string, c RecipientChange, effects func(ctx context.Context, tx bun.IDB, before string) error) (bool, error) {
+	from := append([]string{RecipientDelivered}, pendingRecipientStatuses...)
+	return s.changeRecipientFrom(ctx, emailID, from, c, effects)
+}
+
+func (s *Store) changeRecipientFrom(ctx context.Context, emailID string, from []string, c RecipientChange, effects func(ctx context.Context, tx bun.IDB, before string) error) (bool, error) {
 	changed := false
 	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		changed = false
 		var before string
 		q := tx.NewSelect().Model((*EmailRecipient)(nil)).Column("status").
 			Where("email_id = ?", emailID).Where("position = ?", c.Position).
-			Where("status IN (?)", bun.List(pendingRecipientStatuses))
+			Where("status IN (?)", bun.List(from))
 		if s.IsPostgres() {
 			// Two runs of the same step take turns; SQLite's immediate
 			// transactions already serialise writers.
@@ -320,8 +357,13 @@ func (s *Store) ChangeRecipient(ctx context.Context, emailID string, c Recipient
 			Where("email_id = ?", emailID).Where("position = ?", c.Position)
 		if c.Attempted {
 			u = u.Set("attempts = attempts + 1").Set("smtp_code = ?", c.SMTPCode).Set("last_response = ?", c.Response)
-		} else if c.Response != "" {
-			u = u.Set("last_response = ?", c.Response)
+		} else {
+			if c.SMTPCode != nil {
+				u = u.Set("smtp_code = ?", c.SMTPCode)
+			}
+			if c.Response != "" {
+				u = u.Set("last_response = ?", c.Response)
+			}
 		}
 		if _, err := u.Exec(ctx); err != nil {
 			return err

@@ -21,7 +21,10 @@ type Event struct {
 	MessageID  string    `bun:"message_id,notnull"`
 	ToEmail    string    `bun:"to_email,notnull"`
 	Subject    string    `bun:"subject,notnull"`
-	CreatedAt  time.Time `bun:"created_at,notnull"`
+	// Body is the event's delivery body, its envelope with data (nil for
+	// events stored before it was kept).
+	Body      []byte    `bun:"body"`
+	CreatedAt time.Time `bun:"created_at,notnull"`
 }
 
 // DomainOwner is an organization that has a domain name verified, with the
@@ -64,6 +67,7 @@ func (s *Store) IngestEvent(ctx context.Context, ev *Event, owners []DomainOwner
 	if ev.CreatedAt.IsZero() {
 		ev.CreatedAt = now()
 	}
+	ev.Body = body
 	err = s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		deliveries, created = nil, false
 		// A concurrent ingest of the same event_id waits here for the first
@@ -105,6 +109,7 @@ func StageEmailEvent(ctx context.Context, db bun.IDB, ev *Event, orgID int64, bo
 	if ev.CreatedAt.IsZero() {
 		ev.CreatedAt = now()
 	}
+	ev.Body = body
 	res, err := db.NewInsert().Model(ev).On("CONFLICT (event_id) DO NOTHING").Returning("id").Exec(ctx)
 	if err != nil {
 		return nil, err
@@ -162,4 +167,14 @@ func countIngested(ctx context.Context, tx bun.Tx, ev *Event, o DomainOwner) err
 		return Suppress(ctx, tx, o.OrganizationID, ev.ToEmail, SuppressionComplaint)
 	}
 	return nil
+}
+
+// EmailEvents pages through the events of an email, oldest first: the
+// outcomes the platform recorded and any event ingested with the email's id
+// as its message_id for the email's sending domain.
+func (s *Store) EmailEvents(ctx context.Context, e *Email, domain string, page Page) ([]Event, bool, error) {
+	events := []Event{}
+	q := s.DB.NewSelect().Model(&events).Where("message_id = ?", e.ID).Where("domain = ?", domain)
+	more, err := scanPage(ctx, q, &events, "id", Ascending, page)
+	return events, more, err
 }

@@ -22,6 +22,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/mailyard/mailyard/activities"
+	"github.com/mailyard/mailyard/internal/bouncetag"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/dnscheck"
 	"github.com/mailyard/mailyard/internal/keys"
@@ -78,6 +79,7 @@ func TestRecordHistories(t *testing.T) {
 	ctx := context.Background()
 	st := testenv.OpenStore(t, testenv.PostgresURL(t))
 	box, _ := secrets.New(make([]byte, 32))
+	tags, _ := bouncetag.New(make([]byte, 32))
 
 	server := smtp.NewServer(&mx{rcpts: map[string]int{}})
 	server.Domain = "mx.rcpt.example"
@@ -106,7 +108,7 @@ func TestRecordHistories(t *testing.T) {
 	}
 	defer tc.Close()
 	w := sdkworker.New(tc, email.TaskQueue, sdkworker.Options{})
-	worker.RegisterEmails(w, &activities.Emails{Store: st, Box: box, Sender: sender, Runs: &deliveryruns.Runs{Temporal: tc, Store: st}})
+	worker.RegisterEmails(w, &activities.Emails{Store: st, Box: box, Tags: tags, Sender: sender, Runs: &deliveryruns.Runs{Temporal: tc, Store: st}})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,122 @@
+package store
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// Kinds of inbound messages (docs/inbound.md), in the order they are
+// recognised; each is a label of mailyard_inbound_messages_total.
+const (
+	InboundDSN          = "dsn"
+	InboundARF          = "arf"
+	InboundARFOther     = "arf_other"
+	InboundAutoReply    = "auto_reply"
+	InboundLegacyBounce = "legacy_bounce"
+	InboundUnsubscribe  = "unsubscribe"
+	InboundUnrecognized = "unrecognized"
+)
+
+// InboundKinds lists every kind, for metrics that start at zero.
+func InboundKinds() []string {
+	return []string{InboundDSN, InboundARF, InboundARFOther, InboundAutoReply, InboundLegacyBounce, InboundUnsubscribe, InboundUnrecognized}
+}
+
+// InboundMessage is one message received at the bounce host. Raw and the
+// addresses are personal data: Raw is erased after the retention time and
+// none of it enters a workflow history.
+type InboundMessage struct {
+	bun.BaseModel `bun:"table:inbound_messages"`
+
+	ID         string      `bun:"id,pk"`
+	ReceivedAt time.Time   `bun:"received_at,notnull"`
+	MailFrom   string      `bun:"mail_from,notnull"`
+	Recipients AddressList `bun:"recipients,notnull"`
+	// EmailID is the email whose envelope sender received the message, with
+	// that email's organization and domain; nil for mail to fbl@ or
+	// unsubscribe+…@ of the bounce host.
+	EmailID        *string    `bun:"email_id"`
+	OrganizationID *int64     `bun:"organization_id"`
+	DomainID       *int64     `bun:"domain_id"`
+	Size           int        `bun:"size,notnull"`
+	Raw            []byte     `bun:"raw"`
+	Kind           *string    `bun:"kind"`
+	HandledAt      *time.Time `bun:"handled_at"`
+	ErasedAt       *time.Time `bun:"erased_at"`
+}
+
+// CreateInboundMessage stores a received message; the listener answers 250
+// only after this commits.
+func (s *Store) CreateInboundMessage(ctx context.Context, m *InboundMessage) error {
+	m.ReceivedAt = now()
+	m.Size = len(m.Raw)
+	_, err := s.DB.NewInsert().Model(m).Exec(ctx)
+	return err
+}
+
+// InboundMessageByID reads a received message with its raw bytes.
+func (s *Store) InboundMessageByID(ctx context.Context, id string) (*InboundMessage, error) {
+	m := new(InboundMessage)
+	err := s.DB.NewSelect().Model(m).Where("id = ?", id).Scan(ctx)
+	return m, notFound(err, "inbound message")
+}
+
+// MarkInboundHandled records what a message was and, for a message to the
+// bounce host itself, whose email it concerned. The first handling wins: a
+// step retried after a crash keeps what the first run recorded.
+func (s *Store) MarkInboundHandled(ctx context.Context, id, kind string, orgID, domainID int64) error {
+	q := s.DB.NewUpdate().Model((*InboundMessage)(nil)).Set("kind = ?", kind).Set("handled_at = ?", now()).
+		Where("id = ?", id).Where("handled_at IS NULL")
+	if orgID != 0 {
+		q = q.Set("organization_id = COALESCE(organization_id, ?)", orgID).Set("domain_id = COALESCE(domain_id, ?)", domainID)
+	}
+	_, err := q.Exec(ctx)
+	return err
+}
+
+// EraseInboundMessage erases a message's bytes and envelope addresses.
+func (s *Store) EraseInboundMessage(ctx context.Context, id string) error {
+	_, err := s.DB.NewUpdate().Model((*InboundMessage)(nil)).
+		Set("raw = NULL").Set("mail_from = ''").Set("recipients = '[]'").
+		Set("erased_at = COALESCE(erased_at, ?)", now()).
+		Where("id = ?", id).Exec(ctx)
+	return err
+}
+
+// UnhandledInboundBefore lists up to limit messages received before cutoff
+// that are not handled yet, oldest first, without their bytes: the inbound
+// sweep starts their workflows (Temporal was unreachable when they arrived).
+func (s *Store) UnhandledInboundBefore(ctx context.Context, cutoff time.Time, limit int) ([]InboundMessage, error) {
+	rows := []InboundMessage{}
+	err := s.DB.NewSelect().Model(&rows).Column("id", "email_id", "organization_id", "domain_id", "received_at").
+		Where("handled_at IS NULL").Where("received_at < ?", cutoff).
+		OrderExpr("received_at").Limit(int64(limit)).Scan(ctx)
+	return rows, err
+}
+
+// EmailEnvelope reads what the inbound listener and its workflow need of an
+// email: ids, the envelope sender and the subject; never the content.
+func (s *Store) EmailEnvelope(ctx context.Context, id string) (*Email, error) {
+	e := new(Email)
+	err := s.DB.NewSelect().Model(e).Column("id", "organization_id", "domain_id", "subject", "envelope_sender", "status").
+		Where("id = ?", id).Scan(ctx)
+	return e, notFound(err, "email")
+}
+
+// SameAddress compares two addresses the way the inbound listener does:
+// case-insensitively, local part included (senders and reporting servers
+// change its case; Mailyard's own local parts are case-insensitive).
+func SameAddress(a, b string) bool {
+	return strings.EqualFold(strings.TrimSpace(a), strings.TrimSpace(b))
+}
+
+// NoteRecipientResponse records a report about a recipient that changes
+// nothing else (a DSN's Action: delayed).
+func (s *Store) NoteRecipientResponse(ctx context.Context, emailID string, position int, response string) error {
+	_, err := s.DB.NewUpdate().Model((*EmailRecipient)(nil)).Set("last_response = ?", response).Set("updated_at = ?", now()).
+		Where("email_id = ?", emailID).Where("position = ?", position).Exec(ctx)
+	return err
+}
