@@ -318,14 +318,19 @@ func (a *Emails) endAll(ctx context.Context, e *store.Email, d *store.Domain, pe
 // webhook deliveries of its outcome events. Both are idempotent, so a step
 // retried after a crash starts what the crash left unstarted.
 func (a *Emails) settle(ctx context.Context, emailID string) error {
-	if _, err := a.Store.FinishEmailIfDone(ctx, emailID); err != nil {
+	return settleEmail(ctx, a.Store, a.Runs, emailID)
+}
+
+// settleEmail is settle for any step that records an email's outcomes.
+func settleEmail(ctx context.Context, st *store.Store, runs *deliveryruns.Runs, emailID string) error {
+	if _, err := st.FinishEmailIfDone(ctx, emailID); err != nil {
 		return err
 	}
-	ids, err := a.Store.PendingEmailDeliveries(ctx, emailID)
+	ids, err := st.PendingEmailDeliveries(ctx, emailID)
 	if err != nil || len(ids) == 0 {
 		return err
 	}
-	return a.Runs.StartFirst(ctx, ids)
+	return runs.StartFirst(ctx, ids)
 }
 
 // outcome is a recipient's final outcome as its event tells it.
@@ -371,18 +376,8 @@ func (a *Emails) outcome(e *store.Email, d *store.Domain, r store.EmailRecipient
 			sync := false
 			data.Async = &sync
 		}
-		body, err := webhook.BuildEnvelope(string(typ), at, data)
-		if err != nil {
-			return err
-		}
-		ev := &store.Event{
-			EventID: store.EmailEventIDPrefix(e.ID) + strconv.Itoa(r.Position), Domain: d.Domain, EventType: string(typ),
-			OccurredAt: at, MessageID: e.ID, ToEmail: r.Address, Subject: e.Subject,
-		}
-		if _, err := store.StageEmailEvent(ctx, tx, ev, e.OrganizationID, body, deliveryruns.NewDeliveryID); err != nil {
-			return err
-		}
-		if err := store.CountEmailEvent(ctx, tx, e.OrganizationID, e.DomainID, counter, at, 1); err != nil {
+		eventID := store.EmailEventIDPrefix(e.ID) + strconv.Itoa(r.Position)
+		if _, err := recordEmailEvent(ctx, tx, e, d.Domain, eventID, typ, counter, r.Address, at, data); err != nil {
 			return err
 		}
 		if o.bounceType == bounceHard {
@@ -390,6 +385,29 @@ func (a *Emails) outcome(e *store.Email, d *store.Domain, r store.EmailRecipient
 		}
 		return nil
 	}
+}
+
+// recordEmailEvent stores an event of an email with one pending delivery per
+// subscribed webhook of the email's organization, and counts it in the
+// statistics, in tx; an event_id seen before records and counts nothing and
+// reports false. Every event of an email, whatever found it, is recorded
+// here, under an event_id that starts with store.EmailEventIDPrefix, so the
+// email's steps find and start its deliveries.
+func recordEmailEvent(ctx context.Context, tx bun.IDB, e *store.Email, domain, eventID string, typ eventtype.Type,
+	counter store.StatCounter, to string, at time.Time, data any) (bool, error) {
+	body, err := webhook.BuildEnvelope(string(typ), at, data)
+	if err != nil {
+		return false, err
+	}
+	ev := &store.Event{
+		EventID: eventID, Domain: domain, EventType: string(typ),
+		OccurredAt: at, MessageID: e.ID, ToEmail: to, Subject: e.Subject,
+	}
+	_, created, err := store.StageEmailEvent(ctx, tx, ev, e.OrganizationID, body, deliveryruns.NewDeliveryID)
+	if err != nil || !created {
+		return false, err
+	}
+	return true, store.CountEmailEvent(ctx, tx, e.OrganizationID, e.DomainID, counter, at, 1)
 }
 
 // deferred counts a recipient's first deferral in the statistics (counts

@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/mailyard/mailyard/internal/apperr"
+	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/mailmsg"
 	"github.com/mailyard/mailyard/internal/searchattr"
 	"github.com/mailyard/mailyard/internal/store"
@@ -169,6 +170,14 @@ func (s *Server) registerEmails() {
 		Metadata:    map[string]any{permissionMetadata: []string{PermissionSend, PermissionAdmin}},
 		Errors:      []int{http.StatusNotFound, http.StatusUnprocessableEntity},
 	}, s.getEmail)
+	register(s, huma.Operation{
+		OperationID: "list-email-events", Method: http.MethodGet, Path: "/api/v1/emails/{id}/events",
+		Summary: "List email events", Tags: tags,
+		Description: "Every event of an email, oldest first, whatever produced it: delivered and bounced outcomes of the SMTP conversation, " +
+			"bounces and complaints reported later by mail, and ingested events. A page at a time (default 20).",
+		Metadata: map[string]any{permissionMetadata: []string{PermissionSend, PermissionAdmin}},
+		Errors:   []int{http.StatusNotFound, http.StatusUnprocessableEntity},
+	}, s.listEmailEvents)
 }
 
 func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[QueuedEmailData], error) {
@@ -308,4 +317,62 @@ func (s *Server) listEmails(ctx context.Context, in *ListEmailsInput) (*Response
 	}
 	out.PageInfo, err = pageInfo(page, list, rows, more, func(e *store.Email) string { return e.ID })
 	return respond(out), err
+}
+
+// EmailEvent is one event of an email as List email events shows it: what
+// its webhook deliveries carry, with the event's id.
+type EmailEvent struct {
+	ID        int64          `json:"id" doc:"Increases with each event; the list is in this order."`
+	EventType eventtype.Type `json:"event_type"`
+	Timestamp time.Time      `json:"timestamp"`
+	ToEmail   string         `json:"to_email"`
+	Data      map[string]any `json:"data" doc:"The event's data, as its webhook deliveries carry it (docs/inbound.md lists the fields of each type)."`
+}
+
+// EmailEventList is the data of List email events.
+type EmailEventList struct {
+	Events []EmailEvent `json:"events"`
+	PageInfo
+}
+
+// ListEmailEventsInput names the email and the page.
+type ListEmailEventsInput struct {
+	EmailIDInput
+	PageQuery
+}
+
+func (s *Server) listEmailEvents(ctx context.Context, in *ListEmailEventsInput) (*Response[EmailEventList], error) {
+	if _, err := uuid.Parse(in.ID); err != nil {
+		return nil, apperr.NotFoundf("email")
+	}
+	const list = "email-events"
+	page, err := storePage(in.PageQuery, list, defaultPageSize, func(id int64) bool { return id > 0 })
+	if err != nil {
+		return nil, err
+	}
+	rows, more, err := s.store.EmailEvents(ctx, emailScope(principalFrom(ctx)), in.ID, page)
+	if err != nil {
+		return nil, err
+	}
+	out := EmailEventList{Events: make([]EmailEvent, 0, len(rows))}
+	for i := range rows {
+		out.Events = append(out.Events, emailEventFromStore(&rows[i]))
+	}
+	out.PageInfo, err = pageInfo(page, list, rows, more, func(e *store.Event) int64 { return e.ID })
+	return respond(out), err
+}
+
+// emailEventFromStore shows an event with the data its deliveries carry; an
+// event stored before bodies were kept shows the fields of its row.
+func emailEventFromStore(e *store.Event) EmailEvent {
+	out := EmailEvent{ID: e.ID, EventType: eventtype.Type(e.EventType), Timestamp: e.OccurredAt.UTC(), ToEmail: e.ToEmail}
+	var body struct {
+		Data map[string]any `json:"data"`
+	}
+	if e.Body != nil && json.Unmarshal(e.Body, &body) == nil && body.Data != nil {
+		out.Data = body.Data
+	} else {
+		out.Data = map[string]any{"message_id": e.MessageID, "to_email": e.ToEmail, "subject": e.Subject}
+	}
+	return out
 }

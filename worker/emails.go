@@ -8,8 +8,11 @@ import (
 	"github.com/mailyard/mailyard/activities"
 	"github.com/mailyard/mailyard/internal/bouncetag"
 	"github.com/mailyard/mailyard/internal/dnscheck"
+	"github.com/mailyard/mailyard/internal/metrics"
 	"github.com/mailyard/mailyard/internal/smtpsend"
+	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/workflows/email"
+	"github.com/mailyard/mailyard/workflows/inbound"
 )
 
 // emailStopTimeout waits for an SMTP attempt (up to 15 minutes), so a
@@ -31,6 +34,8 @@ func newEmailWorker(d Deps, fatal chan<- error) (sdkworker.Worker, error) {
 	}
 	w := sdkworker.New(d.Client, email.TaskQueue, workerOptions(emailStopTimeout, fatal))
 	RegisterEmails(w, &activities.Emails{Store: d.Store, Box: d.Box, Tags: tags, Sender: sender, Runs: d.Events.Runs})
+	RegisterInbound(w, &activities.Inbound{Store: d.Store, Runs: d.Events.Runs, Logger: d.Logger})
+	metrics.StartInboundKinds(store.InboundKinds())
 	return w, nil
 }
 
@@ -55,4 +60,12 @@ func RegisterEmails(r sdkworker.Registry, a *activities.Emails) {
 	r.RegisterActivityWithOptions(a.Prepare, activity.RegisterOptions{Name: email.PrepareActivity})
 	r.RegisterActivityWithOptions(a.Attempt, activity.RegisterOptions{Name: email.AttemptActivity})
 	r.RegisterActivityWithOptions(a.Erase, activity.RegisterOptions{Name: email.EraseActivity})
+}
+
+// RegisterInbound registers the inbound-message workflow and its activities
+// under the names of the contract (they run on the email task queue).
+func RegisterInbound(r sdkworker.Registry, a *activities.Inbound) {
+	r.RegisterWorkflowWithOptions(inbound.Workflow, workflow.RegisterOptions{Name: inbound.WorkflowName})
+	r.RegisterActivityWithOptions(a.Handle, activity.RegisterOptions{Name: inbound.HandleActivity})
+	r.RegisterActivityWithOptions(a.EraseMessage, activity.RegisterOptions{Name: inbound.EraseActivity})
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/devsmtp"
+	"github.com/mailyard/mailyard/internal/inbound"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/temporaldev"
@@ -38,6 +39,9 @@ var devDefaults = map[string]string{
 	// .data/mail/<email_id>.eml.
 	"MAILYARD_SMTP_MODE":  "relay",
 	"MAILYARD_SMTP_RELAY": devSMTPAddr,
+	// The bounce host's SMTP server, where the sink's bounces and
+	// complaints arrive (docs/inbound.md).
+	"MAILYARD_INBOUND_ADDR": "127.0.0.1:2526",
 }
 
 // isLoopback reports whether addr is host:port on a loopback address.
@@ -153,6 +157,7 @@ Mailyard is running on its embedded defaults (Ctrl-C stops everything):
 	// which shortens ingest → receipt (README, "Delivery attempts").
 	g.Go(func() error { return serveAPIWith(gctx, cfg, st, tc, logger, true) })
 	g.Go(func() error { return runWorker(gctx, cfg, st, tc, logger) })
+	g.Go(func() error { return serveInbound(gctx, cfg, st, tc, logger, inbound.Listener{Addr: cfg.InboundAddr}) })
 	if cfg.DNSPublisher == "embedded" {
 		dns := newDNSServer(cfg, st, logger).WithDevDomains(devRecords{st})
 		g.Go(func() error { return dns.ListenAndServe(gctx, cfg.DNSAddr) })

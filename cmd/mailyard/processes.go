@@ -13,8 +13,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/mailyard/mailyard/api"
+	"github.com/mailyard/mailyard/internal/bouncetag"
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/dnsserver"
+	"github.com/mailyard/mailyard/internal/inbound"
 	"github.com/mailyard/mailyard/internal/metrics"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
@@ -210,4 +212,28 @@ func cmdDNS(ctx context.Context, logger *slog.Logger) error {
 	return withMetricsListener(ctx, cfg, logger, func(ctx context.Context) error {
 		return serveDNS(ctx, cfg, st, logger)
 	})
+}
+
+func cmdInbound(ctx context.Context, logger *slog.Logger) error {
+	return withStoreAndTemporal(ctx, logger, "inbound", config.NeedInbound,
+		func(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger) error {
+			return withMetricsListener(ctx, cfg, logger, func(ctx context.Context) error {
+				return serveInbound(ctx, cfg, st, tc, logger, inbound.Listener{Addr: cfg.InboundAddr})
+			})
+		})
+}
+
+// serveInbound runs the SMTP server at the bounce host until ctx ends.
+func serveInbound(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger, l inbound.Listener) error {
+	tags, err := bouncetag.New(cfg.EncryptionKey)
+	if err != nil {
+		return err
+	}
+	b := &inbound.Backend{
+		Store: st, Temporal: tc, Tags: tags, BounceHost: cfg.BounceHost,
+		Retention: cfg.EmailRetention, Logger: logger.With("component", "inbound"),
+	}
+	l.Server.TLSCertFile, l.Server.TLSKeyFile = cfg.SMTPServer.TLSCertFile, cfg.SMTPServer.TLSKeyFile
+	l.Server.MaxConnections = cfg.SMTPServer.MaxConnections
+	return b.Serve(ctx, l, nil)
 }

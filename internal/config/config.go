@@ -61,8 +61,15 @@ type Config struct {
 	// SMTP is how emails leave (docs/sending.md).
 	SMTP SMTP
 	// EmailRetention is how long a sent email's message is kept before it
-	// is erased.
+	// is erased; inbound messages are kept as long.
 	EmailRetention time.Duration
+
+	// InboundAddr is the listener of `mailyard inbound`, the SMTP server at
+	// the bounce host (docs/inbound.md).
+	InboundAddr string
+	// SMTPServer holds the rules shared by Mailyard's SMTP servers
+	// (docs/smtp.md).
+	SMTPServer SMTPServer
 
 	// VerifySchedule is how often the onboarding workflow checks DNS; empty means
 	// the workflow's default. Plain data: the API turns it into the workflow's input,
@@ -137,6 +144,16 @@ type SMTP struct {
 	RelayImplicitTLS bool
 	RelayUsername    string
 	RelayPassword    string
+}
+
+// SMTPServer is what Mailyard's SMTP servers share (MAILYARD_SMTP_TLS_CERT,
+// _KEY, MAILYARD_SMTP_MAX_CONNECTIONS).
+type SMTPServer struct {
+	// TLSCertFile and TLSKeyFile are PEM files (both or neither); with them
+	// the servers offer STARTTLS, and re-read them when they change.
+	TLSCertFile, TLSKeyFile string
+	// MaxConnections caps open connections per process.
+	MaxConnections int
 }
 
 // load checks the SMTP settings and reads the port.
@@ -244,6 +261,7 @@ var (
 	NeedAPI     = Need{Database: true, EncryptionKey: true, InternalToken: true}
 	NeedWorker  = Need{Database: true, EncryptionKey: true}
 	NeedDNS     = Need{Database: true}
+	NeedInbound = Need{Database: true, EncryptionKey: true}
 	NeedMigrate = Need{Database: true}
 )
 
@@ -318,6 +336,10 @@ var variables = []variable{
 	{"MAILYARD_SMTP_RELAY_USERNAME", func(c *Config) string { return c.SMTP.RelayUsername }},
 	{"MAILYARD_SMTP_RELAY_PASSWORD", func(c *Config) string { return masked(c.SMTP.RelayPassword != "") }},
 	{"MAILYARD_EMAIL_RETENTION", func(c *Config) string { return c.EmailRetention.String() }},
+	{"MAILYARD_INBOUND_ADDR", func(c *Config) string { return c.InboundAddr }},
+	{"MAILYARD_SMTP_TLS_CERT", func(c *Config) string { return c.SMTPServer.TLSCertFile }},
+	{"MAILYARD_SMTP_TLS_KEY", func(c *Config) string { return c.SMTPServer.TLSKeyFile }},
+	{"MAILYARD_SMTP_MAX_CONNECTIONS", func(c *Config) string { return strconv.Itoa(c.SMTPServer.MaxConnections) }},
 }
 
 // maskTSIG keeps the key's name and algorithm, which an operator needs to match
@@ -439,6 +461,18 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 		},
 	}
 	errs = append(errs, c.SMTP.load(str("MAILYARD_SMTP_PORT", "25"))...)
+
+	c.InboundAddr = addr("MAILYARD_INBOUND_ADDR", ":25")
+	c.SMTPServer.TLSCertFile, c.SMTPServer.TLSKeyFile = str("MAILYARD_SMTP_TLS_CERT", ""), str("MAILYARD_SMTP_TLS_KEY", "")
+	if (c.SMTPServer.TLSCertFile == "") != (c.SMTPServer.TLSKeyFile == "") {
+		errs = append(errs, errors.New("MAILYARD_SMTP_TLS_CERT and MAILYARD_SMTP_TLS_KEY: set both or neither"))
+	}
+	maxConns := str("MAILYARD_SMTP_MAX_CONNECTIONS", "500")
+	if n, err := strconv.Atoi(maxConns); err != nil || n < 1 || n > 100000 {
+		errs = append(errs, fmt.Errorf("MAILYARD_SMTP_MAX_CONNECTIONS: %q is not a number from 1 to 100000", maxConns))
+	} else {
+		c.SMTPServer.MaxConnections = n
+	}
 
 	c.WebhookDisableAfter = DefaultWebhookDisableAfter
 	if raw := str("MAILYARD_WEBHOOK_DISABLE_AFTER", ""); raw != "" {

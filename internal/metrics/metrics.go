@@ -137,6 +137,23 @@ func ObserveEmailAttempt(d time.Duration) { emailDuration.Observe(d.Seconds()) }
 // outcomes.
 func CountEmailRecipient(outcome string) { emailRecipients.WithLabelValues(outcome).Inc() }
 
+var inboundMessages = register(prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "mailyard_inbound_messages_total",
+	Help: "Messages received at the bounce host and handled, by kind (dsn, arf, arf_other, auto_reply, legacy_bounce, unsubscribe, unrecognized).",
+}, []string{"kind"}))
+
+// CountInboundMessage counts one handled inbound message.
+func CountInboundMessage(kind string) { inboundMessages.WithLabelValues(kind).Inc() }
+
+// StartInboundKinds makes each kind's series exist at zero in a process that
+// handles inbound messages, so the unrecognized ratio has a denominator from
+// the start.
+func StartInboundKinds(kinds []string) {
+	for _, k := range kinds {
+		inboundMessages.WithLabelValues(k)
+	}
+}
+
 var verificationChecks = register(prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "mailyard_verification_checks_total",
 	Help: "DNS checks of customers' domain records, by record kind (cname, spf, mx) and result (verified, pending, mismatch, lookup_failed).",

@@ -34,6 +34,13 @@ type Owner struct {
 
 // Attributes are the search attributes of a workflow of o.
 func (o Owner) Attributes() temporal.SearchAttributes {
+	return temporal.NewSearchAttributes(o.Updates()...)
+}
+
+// Updates sets o's attributes on a running workflow
+// (workflow.UpsertTypedSearchAttributes), for a workflow that learns its
+// owner as it runs.
+func (o Owner) Updates() []temporal.SearchAttributeUpdate {
 	var updates []temporal.SearchAttributeUpdate
 	for _, a := range []struct {
 		key temporal.SearchAttributeKeyInt64
@@ -43,7 +50,7 @@ func (o Owner) Attributes() temporal.SearchAttributes {
 			updates = append(updates, a.key.ValueSet(a.id))
 		}
 	}
-	return temporal.NewSearchAttributes(updates...)
+	return updates
 }
 
 // Summary is the static summary the Temporal UI shows for a workflow: what

@@ -104,20 +104,22 @@ func (s *Store) IngestEvent(ctx context.Context, ev *Event, owners []DomainOwner
 // one pending delivery per enabled webhook of the sending organization that
 // subscribes to its type, in db (the transaction that records the outcome).
 // Its event_id makes it idempotent like an ingested event: a repeat creates
-// nothing and returns no deliveries.
-func StageEmailEvent(ctx context.Context, db bun.IDB, ev *Event, orgID int64, body []byte, newID func() (string, error)) ([]Delivery, error) {
+// nothing, returns no deliveries and reports created false, so the caller
+// counts the event only once.
+func StageEmailEvent(ctx context.Context, db bun.IDB, ev *Event, orgID int64, body []byte, newID func() (string, error)) (deliveries []Delivery, created bool, err error) {
 	if ev.CreatedAt.IsZero() {
 		ev.CreatedAt = now()
 	}
 	ev.Body = body
 	res, err := db.NewInsert().Model(ev).On("CONFLICT (event_id) DO NOTHING").Returning("id").Exec(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return nil, nil
+		return nil, false, nil
 	}
-	return fanOutEvent(ctx, db, ev, []int64{orgID}, body, newID)
+	deliveries, err = fanOutEvent(ctx, db, ev, []int64{orgID}, body, newID)
+	return deliveries, true, err
 }
 
 // fanOutEvent stores one pending delivery of a stored event per enabled
@@ -169,12 +171,24 @@ func countIngested(ctx context.Context, tx bun.Tx, ev *Event, o DomainOwner) err
 	return nil
 }
 
-// EmailEvents pages through the events of an email, oldest first: the
-// outcomes the platform recorded and any event ingested with the email's id
-// as its message_id for the email's sending domain.
-func (s *Store) EmailEvents(ctx context.Context, e *Email, domain string, page Page) ([]Event, bool, error) {
+// EmailEvents pages through the events of an email the scope may see,
+// oldest first: the outcomes the platform recorded and any event ingested
+// with the email's id as its message_id for the email's sending domain. Any
+// other email id is ErrNotFound.
+func (s *Store) EmailEvents(ctx context.Context, sc EmailScope, emailID string, page Page) ([]Event, bool, error) {
+	var domain string
+	q := s.DB.NewSelect().TableExpr("emails AS e").ColumnExpr("d.domain").
+		Join("JOIN domains AS d ON d.id = e.domain_id").
+		Where("e.id = ?", emailID).Where("e.organization_id = ?", sc.OrganizationID)
+	if sc.DomainID != nil {
+		q = q.Where("e.domain_id = ?", *sc.DomainID)
+	}
+	err := q.Scan(ctx, &domain)
+	if err != nil {
+		return nil, false, notFound(err, "email")
+	}
 	events := []Event{}
-	q := s.DB.NewSelect().Model(&events).Where("message_id = ?", e.ID).Where("domain = ?", domain)
-	more, err := scanPage(ctx, q, &events, "id", Ascending, page)
+	more, err := scanPage(ctx, s.DB.NewSelect().Model(&events).Where("message_id = ?", emailID).Where("domain = ?", domain),
+		&events, "id", Ascending, page)
 	return events, more, err
 }

@@ -65,16 +65,21 @@ func (s *Store) InboundMessageByID(ctx context.Context, id string) (*InboundMess
 }
 
 // MarkInboundHandled records what a message was and, for a message to the
-// bounce host itself, whose email it concerned. The first handling wins: a
-// step retried after a crash keeps what the first run recorded.
-func (s *Store) MarkInboundHandled(ctx context.Context, id, kind string, orgID, domainID int64) error {
+// bounce host itself, whose email it concerned, and reports whether this
+// call did (the first handling wins: a step retried after a crash keeps what
+// the first run recorded, and counts nothing again).
+func (s *Store) MarkInboundHandled(ctx context.Context, id, kind string, orgID, domainID int64) (bool, error) {
 	q := s.DB.NewUpdate().Model((*InboundMessage)(nil)).Set("kind = ?", kind).Set("handled_at = ?", now()).
 		Where("id = ?", id).Where("handled_at IS NULL")
 	if orgID != 0 {
 		q = q.Set("organization_id = COALESCE(organization_id, ?)", orgID).Set("domain_id = COALESCE(domain_id, ?)", domainID)
 	}
-	_, err := q.Exec(ctx)
-	return err
+	res, err := q.Exec(ctx)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 // EraseInboundMessage erases a message's bytes and envelope addresses.
@@ -98,12 +103,18 @@ func (s *Store) UnhandledInboundBefore(ctx context.Context, cutoff time.Time, li
 }
 
 // EmailEnvelope reads what the inbound listener and its workflow need of an
-// email: ids, the envelope sender and the subject; never the content.
-func (s *Store) EmailEnvelope(ctx context.Context, id string) (*Email, error) {
+// email: ids, the envelope sender and the subject, never the content; and
+// the name of its sending domain.
+func (s *Store) EmailEnvelope(ctx context.Context, id string) (*Email, string, error) {
 	e := new(Email)
 	err := s.DB.NewSelect().Model(e).Column("id", "organization_id", "domain_id", "subject", "envelope_sender", "status").
 		Where("id = ?", id).Scan(ctx)
-	return e, notFound(err, "email")
+	if err != nil {
+		return nil, "", notFound(err, "email")
+	}
+	var domain string
+	err = s.DB.NewSelect().Model((*Domain)(nil)).Column("domain").Where("id = ?", e.DomainID).Scan(ctx, &domain)
+	return e, domain, err
 }
 
 // SameAddress compares two addresses the way the inbound listener does:

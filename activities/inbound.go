@@ -1,0 +1,387 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+
+	"github.com/mailyard/mailyard/internal/bouncereport"
+	"github.com/mailyard/mailyard/internal/deliveryruns"
+	"github.com/mailyard/mailyard/internal/eventtype"
+	"github.com/mailyard/mailyard/internal/metrics"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/workflows/inbound"
+)
+
+// Inbound handles messages received at the bounce host: it classifies each
+// one and applies what it reports to the email it concerns
+// (docs/inbound.md).
+type Inbound struct {
+	Store *store.Store
+	// Runs starts the webhook deliveries of the events a report caused.
+	Runs   *deliveryruns.Runs
+	Logger *slog.Logger
+}
+
+// feedbackComplaints are the ARF feedback types that are complaints: the
+// recipient does not want the mail. not-spam (the user rescued it) and the
+// other types change nothing.
+var feedbackComplaints = map[string]bool{"abuse": true, "fraud": true, "virus": true}
+
+// reportedEmail is the email a message concerns, with its recipients.
+type reportedEmail struct {
+	*store.Email
+	domain     string
+	recipients []store.EmailRecipient
+}
+
+// Handle classifies a stored message and applies its effects, each in the
+// transaction that records it and at most once per recipient, so the same
+// report twice (or this step retried) changes nothing the second time.
+func (a *Inbound) Handle(ctx context.Context, in inbound.HandleInput) (inbound.HandleResult, error) {
+	m, err := a.Store.InboundMessageByID(ctx, in.InboundID)
+	if errors.Is(err, store.ErrNotFound) {
+		return inbound.HandleResult{Kind: store.InboundUnrecognized}, nil
+	}
+	if err != nil {
+		return inbound.HandleResult{}, err
+	}
+	if m.HandledAt != nil || m.Raw == nil {
+		// Handled by an earlier try: start what it may have left unstarted.
+		out := inbound.HandleResult{Kind: deref(m.Kind)}
+		if m.EmailID != nil {
+			out.OrganizationID, out.DomainID = deref(m.OrganizationID), deref(m.DomainID)
+			return out, a.settle(ctx, *m.EmailID)
+		}
+		return out, nil
+	}
+
+	report := bouncereport.Parse(m.Raw, bouncereport.Envelope{
+		NullSender:  m.MailFrom == "",
+		Unsubscribe: toUnsubscribe(m.Recipients),
+	})
+	email, err := a.reportedEmail(ctx, m, report)
+	if err != nil {
+		return inbound.HandleResult{}, err
+	}
+	kind, effects, err := a.apply(ctx, report, email)
+	if err != nil {
+		return inbound.HandleResult{}, err
+	}
+
+	out := inbound.HandleResult{Kind: kind, Effects: effects}
+	if email != nil {
+		out.OrganizationID, out.DomainID = email.OrganizationID, email.DomainID
+	}
+	first, err := a.Store.MarkInboundHandled(ctx, m.ID, kind, out.OrganizationID, out.DomainID)
+	if err != nil {
+		return out, err
+	}
+	if first {
+		metrics.CountInboundMessage(kind)
+		if kind == store.InboundUnrecognized && a.Logger != nil {
+			// The id only: the message holds personal data.
+			a.Logger.InfoContext(ctx, "inbound message not recognized", "inbound_id", m.ID)
+		}
+	}
+	if email != nil {
+		return out, a.settle(ctx, email.ID)
+	}
+	return out, nil
+}
+
+// apply carries out what a report says and returns its final kind and how
+// many recipients it changed.
+func (a *Inbound) apply(ctx context.Context, report *bouncereport.Report, email *reportedEmail) (string, int, error) {
+	switch report.Kind {
+	case bouncereport.KindDSN:
+		if email == nil {
+			return store.InboundDSN, 0, nil
+		}
+		n, err := a.applyDSN(ctx, report, email)
+		return store.InboundDSN, n, err
+	case bouncereport.KindARF:
+		if report.Feedback == nil || !feedbackComplaints[strings.ToLower(report.Feedback.FeedbackType)] {
+			return store.InboundARFOther, 0, nil
+		}
+		if email == nil {
+			return store.InboundARF, 0, nil
+		}
+		n, err := a.applyComplaint(ctx, report.Feedback, email)
+		return store.InboundARF, n, err
+	case bouncereport.KindAutoReply:
+		return store.InboundAutoReply, 0, nil
+	case bouncereport.KindLegacyBounce:
+		if email == nil {
+			return store.InboundUnrecognized, 0, nil
+		}
+		addrs := make([]string, len(email.recipients))
+		for i, r := range email.recipients {
+			addrs[i] = r.Address
+		}
+		addr, status, ok := report.LegacyRecipient(addrs)
+		if !ok {
+			return store.InboundUnrecognized, 0, nil
+		}
+		r := findRecipient(email.recipients, addr)
+		n, err := a.bounce(ctx, email, *r, asyncBounce{hard: true, enhancedStatus: status,
+			response: status + " (reported later by mail)"})
+		return store.InboundLegacyBounce, n, err
+	}
+	// Unsubscribe mail is recognised once one-click unsubscribe exists
+	// (docs/inbound.md); until then it is kept, counted and dropped as
+	// unrecognized, like anything else.
+	return store.InboundUnrecognized, 0, nil
+}
+
+// applyDSN applies each per-recipient block of a delivery status
+// notification.
+func (a *Inbound) applyDSN(ctx context.Context, report *bouncereport.Report, email *reportedEmail) (int, error) {
+	changed := 0
+	for _, block := range report.Recipients {
+		r := findRecipient(email.recipients, block.FinalRecipient, block.OriginalRecipient)
+		if r == nil && len(email.recipients) == 1 {
+			r = &email.recipients[0]
+		}
+		if r == nil {
+			continue
+		}
+		switch block.Action {
+		case "failed":
+			b := asyncBounce{
+				hard:           !temporaryFailure(block),
+				enhancedStatus: block.Status,
+				code:           block.SMTPCode,
+				message:        block.SMTPMessage,
+			}
+			b.response = dsnResponse(block)
+			n, err := a.bounce(ctx, email, *r, b)
+			if err != nil {
+				return changed, err
+			}
+			changed += n
+		case "delayed":
+			if err := a.Store.NoteRecipientResponse(ctx, email.ID, r.Position, dsnResponse(block)); err != nil {
+				return changed, err
+			}
+		}
+	}
+	return changed, nil
+}
+
+// temporaryFailure reports whether a failed recipient's block says the
+// failure was temporary (4.x.x, or a 4xx reply when the status is missing):
+// a soft bounce, which suppresses nothing.
+func temporaryFailure(b bouncereport.DSNRecipient) bool {
+	if b.Status != "" {
+		return strings.HasPrefix(b.Status, "4.")
+	}
+	return b.SMTPCode/100 == 4
+}
+
+// dsnResponse is the recipient's last_response after a report: the
+// server's own words when the report has them.
+func dsnResponse(b bouncereport.DSNRecipient) string {
+	var s string
+	switch {
+	case b.SMTPCode != 0:
+		s = strconv.Itoa(b.SMTPCode) + " " + b.SMTPMessage
+	case b.Status != "":
+		s = b.Status
+	default:
+		s = b.Action
+	}
+	return strings.TrimSpace(s) + " (reported later by mail)"
+}
+
+// asyncBounce is a bounce learned from a report after the SMTP conversation.
+type asyncBounce struct {
+	hard           bool
+	enhancedStatus string
+	code           int
+	message        string
+	response       string
+}
+
+// bounce makes a recipient bounced, even one that was delivered, with its
+// event, its count and, for a hard bounce, its suppression, in one
+// transaction; a recipient already bounced or suppressed is left alone.
+func (a *Inbound) bounce(ctx context.Context, email *reportedEmail, r store.EmailRecipient, b asyncBounce) (int, error) {
+	change := store.RecipientChange{Position: r.Position, Status: store.RecipientBounced, Response: b.response}
+	if b.code != 0 {
+		code := b.code
+		change.SMTPCode = &code
+	}
+	bounceType := bounceSoft
+	if b.hard {
+		bounceType = bounceHard
+	}
+	async := true
+	data := outcomeData{
+		MessageID: email.ID, ToEmail: r.Address, Subject: email.Subject, BounceType: bounceType,
+		SMTPCode: b.code, SMTPMessage: b.message, EnhancedStatus: b.enhancedStatus, Async: &async,
+	}
+	changed, err := a.Store.ReviseRecipient(ctx, email.ID, change, func(ctx context.Context, tx bun.IDB, _ string) error {
+		at := time.Now().UTC().Truncate(time.Microsecond)
+		eventID := store.EmailEventIDPrefix(email.ID) + strconv.Itoa(r.Position) + ":async-bounce"
+		if _, err := recordEmailEvent(ctx, tx, email.Email, email.domain, eventID, eventtype.Bounced, store.StatBounced, r.Address, at, data); err != nil {
+			return err
+		}
+		if b.hard {
+			return store.Suppress(ctx, tx, email.OrganizationID, r.Address, store.SuppressionHardBounce)
+		}
+		return nil
+	})
+	if changed {
+		return 1, err
+	}
+	return 0, err
+}
+
+// complaintData is the data of a complained event (docs/inbound.md).
+type complaintData struct {
+	MessageID    string `json:"message_id"`
+	ToEmail      string `json:"to_email"`
+	Subject      string `json:"subject"`
+	FeedbackType string `json:"feedback_type"`
+	UserAgent    string `json:"user_agent"`
+}
+
+// applyComplaint records the complaint of the recipient the report names
+// (Original-Rcpt-To, else the email's only recipient): its event and count
+// once per recipient, and the address on the organization's suppression
+// list.
+func (a *Inbound) applyComplaint(ctx context.Context, fb *bouncereport.Feedback, email *reportedEmail) (int, error) {
+	r := findRecipient(email.recipients, fb.OriginalRcptTo...)
+	if r == nil && len(email.recipients) == 1 {
+		r = &email.recipients[0]
+	}
+	if r == nil {
+		return 0, nil
+	}
+	data := complaintData{
+		MessageID: email.ID, ToEmail: r.Address, Subject: email.Subject,
+		FeedbackType: strings.ToLower(fb.FeedbackType), UserAgent: fb.UserAgent,
+	}
+	created := false
+	err := a.Store.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		at := time.Now().UTC().Truncate(time.Microsecond)
+		eventID := store.EmailEventIDPrefix(email.ID) + strconv.Itoa(r.Position) + ":complaint"
+		var err error
+		created, err = recordEmailEvent(ctx, tx, email.Email, email.domain, eventID, eventtype.Complained, store.StatComplained, r.Address, at, data)
+		if err != nil || !created {
+			return err
+		}
+		return store.Suppress(ctx, tx, email.OrganizationID, r.Address, store.SuppressionComplaint)
+	})
+	if created {
+		return 1, err
+	}
+	return 0, err
+}
+
+// reportedEmail finds the email a message concerns: the one whose envelope
+// sender received it (the listener checked the tag), else, for a complaint
+// sent to the bounce host's fbl@ address, the one whose Message-ID the
+// attached original carries. Nothing else can name an email, so a report
+// never touches another organization's mail.
+func (a *Inbound) reportedEmail(ctx context.Context, m *store.InboundMessage, report *bouncereport.Report) (*reportedEmail, error) {
+	id := deref(m.EmailID)
+	if id == "" && report.Kind == bouncereport.KindARF {
+		id = emailIDFromMessageID(report.OriginalMessageID)
+	}
+	if id == "" {
+		return nil, nil
+	}
+	e, domain, err := a.Store.EmailEnvelope(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if m.EmailID == nil && !strings.EqualFold(messageIDDomain(report.OriginalMessageID), domain) {
+		// The Message-ID's id is an email's, but not as Mailyard wrote it.
+		return nil, nil
+	}
+	recipients, err := a.Store.EmailRecipients(ctx, e.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &reportedEmail{Email: e, domain: domain, recipients: recipients}, nil
+}
+
+// emailIDFromMessageID returns the email id of a Message-ID Mailyard wrote,
+// <email_id@domain>, or "".
+func emailIDFromMessageID(messageID string) string {
+	local, _, ok := strings.Cut(strings.Trim(strings.TrimSpace(messageID), "<>"), "@")
+	if !ok {
+		return ""
+	}
+	id, err := uuid.Parse(local)
+	if err != nil || len(local) != 36 {
+		return ""
+	}
+	return id.String()
+}
+
+func messageIDDomain(messageID string) string {
+	_, domain, _ := strings.Cut(strings.Trim(strings.TrimSpace(messageID), "<>"), "@")
+	return domain
+}
+
+// findRecipient returns the first of an email's recipients that one of
+// addrs names (case-insensitively), or nil.
+func findRecipient(recipients []store.EmailRecipient, addrs ...string) *store.EmailRecipient {
+	for _, addr := range addrs {
+		if addr == "" {
+			continue
+		}
+		for i := range recipients {
+			if store.SameAddress(recipients[i].Address, addr) {
+				return &recipients[i]
+			}
+		}
+	}
+	return nil
+}
+
+// toUnsubscribe reports whether the message was sent to an unsubscribe
+// address of the bounce host.
+func toUnsubscribe(recipients []string) bool {
+	for _, r := range recipients {
+		if len(r) > len(UnsubscribePrefix) && strings.EqualFold(r[:len(UnsubscribePrefix)], UnsubscribePrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// UnsubscribePrefix starts the local part of the bounce host's unsubscribe
+// addresses, unsubscribe+<token>@<bounce host>.
+const UnsubscribePrefix = "unsubscribe+"
+
+// settle marks the email sent once every recipient is final and starts the
+// webhook deliveries of its events.
+func (a *Inbound) settle(ctx context.Context, emailID string) error {
+	return settleEmail(ctx, a.Store, a.Runs, emailID)
+}
+
+// EraseMessage erases a message's bytes once the retention time is over.
+func (a *Inbound) EraseMessage(ctx context.Context, in inbound.EraseInput) error {
+	return a.Store.EraseInboundMessage(ctx, in.InboundID)
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

@@ -1,0 +1,64 @@
+package inbound
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/mailyard/mailyard/internal/searchattr"
+)
+
+// infrastructureRetry retries a step until the database answers: a message
+// that was answered 250 must be handled.
+var infrastructureRetry = &temporal.RetryPolicy{
+	InitialInterval:    time.Second,
+	BackoffCoefficient: 2,
+	MaximumInterval:    time.Minute,
+}
+
+// handleOptions make handling a local activity: it runs in the worker that
+// runs the workflow task and is recorded as one marker, so a report costs
+// two workflow tasks instead of four, and its effects reach webhooks without
+// a round trip through the task queue. Parsing is bounded (a 10 MiB message
+// at most), so a try ends well within the time-out.
+var handleOptions = workflow.LocalActivityOptions{
+	StartToCloseTimeout: time.Minute,
+	RetryPolicy:         infrastructureRetry,
+}
+
+var eraseOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: time.Minute,
+	RetryPolicy:         infrastructureRetry,
+}
+
+// Workflow handles one inbound message, keeps it for the retention time
+// and erases it.
+//
+// Change it only behind workflow.GetVersion: runs stay open for the
+// retention time, and the replay tests hold histories of the current version.
+func Workflow(ctx workflow.Context, in Input) (Result, error) {
+	var handled HandleResult
+	lctx := workflow.WithLocalActivityOptions(ctx, handleOptions)
+	if err := workflow.ExecuteLocalActivity(lctx, HandleActivity, HandleInput{InboundID: in.InboundID}).Get(ctx, &handled); err != nil {
+		return Result{}, err
+	}
+	if handled.OrganizationID != 0 {
+		owner := searchattr.Owner{OrganizationID: handled.OrganizationID, DomainID: handled.DomainID}
+		if err := workflow.UpsertTypedSearchAttributes(ctx, owner.Updates()...); err != nil {
+			return Result{}, err
+		}
+	}
+	workflow.GetLogger(ctx).Info("inbound message handled", "inbound_id", in.InboundID, "kind", handled.Kind, "effects", handled.Effects)
+
+	if in.Retention > 0 {
+		if err := workflow.Sleep(ctx, in.Retention); err != nil {
+			return Result{}, err
+		}
+	}
+	ectx := workflow.WithActivityOptions(ctx, eraseOptions)
+	if err := workflow.ExecuteActivity(ectx, EraseActivity, EraseInput{InboundID: in.InboundID}).Get(ctx, nil); err != nil {
+		return Result{}, err
+	}
+	return Result{Kind: handled.Kind, Effects: handled.Effects}, nil
+}
