@@ -199,8 +199,10 @@ func checkContainer(where string, c corev1.Container, configMaps map[string]map[
 		listens = map[string]string{"http": port(cfg.HTTPAddr), "internal": port(cfg.InternalAddr)}
 	case "dns":
 		listens = map[string]string{"dns-udp": port(cfg.DNSAddr), "dns-tcp": port(cfg.DNSAddr)}
+	case "inbound":
+		listens = map[string]string{"smtp": port(cfg.InboundAddr)}
 	}
-	if cfg.MetricsAddr != "" && (c.Args[0] == "worker" || c.Args[0] == "dns") {
+	if cfg.MetricsAddr != "" && (c.Args[0] == "worker" || c.Args[0] == "dns" || c.Args[0] == "inbound") {
 		listens["metrics"] = port(cfg.MetricsAddr)
 	}
 	for _, p := range c.Ports {
@@ -333,7 +335,7 @@ func TestKubernetesManifests(t *testing.T) {
 			deployed[strings.Join(c.Args, " ")] = true
 		}
 	}
-	for _, want := range []string{"api", "worker", "dns", "migrate up", "temporal setup"} {
+	for _, want := range []string{"api", "worker", "dns", "inbound", "migrate up", "temporal setup"} {
 		if !deployed[want] {
 			t.Errorf("no container runs mailyard %s", want)
 		}

@@ -15,6 +15,7 @@ var needOf = map[string]config.Need{
 	"api":     config.NeedAPI,
 	"worker":  config.NeedWorker,
 	"dns":     config.NeedDNS,
+	"inbound": config.NeedInbound,
 	"migrate": config.NeedMigrate,
 	// `mailyard temporal setup` only talks to Temporal.
 	"temporal": {},
@@ -23,7 +24,7 @@ var needOf = map[string]config.Need{
 // startsWorkflows are the processes that start workflows, which the Temporal
 // server refuses until `mailyard temporal setup` has registered the namespace
 // and the search attributes: the deploy files run setup before them.
-var startsWorkflows = []string{"api", "worker"}
+var startsWorkflows = []string{"api", "worker", "inbound"}
 
 // secretSamples stand in for values that live in a Secret or .env, shaped so the
 // configuration accepts them: the checks prove names and shapes, never real secrets.
@@ -40,11 +41,11 @@ var secretSamples = map[string]string{
 // failure) and the problems, each prefixed with where.
 func checkProcess(where string, args []string, env map[string]string) (*config.Config, []error) {
 	if len(args) == 0 {
-		return nil, []error{fmt.Errorf("%s: no subcommand (api, worker, dns, migrate up or temporal setup)", where)}
+		return nil, []error{fmt.Errorf("%s: no subcommand (api, worker, dns, inbound, migrate up or temporal setup)", where)}
 	}
 	need, ok := needOf[args[0]]
 	if !ok {
-		return nil, []error{fmt.Errorf("%s: %q is not a process of the mailyard binary (api, worker, dns, migrate, temporal)", where, args[0])}
+		return nil, []error{fmt.Errorf("%s: %q is not a process of the mailyard binary (api, worker, dns, inbound, migrate, temporal)", where, args[0])}
 	}
 	if args[0] == "migrate" && !slices.Equal(args, []string{"migrate", "up"}) {
 		return nil, []error{fmt.Errorf("%s: the migration step runs %q, want migrate up", where, args)}

@@ -127,7 +127,7 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	sendSigned := func(ctx context.Context, id string) error {
-		res := sender.Send(ctx, envelopeSender(id), benchEmailRequest.To, signed)
+		res := sender.Send(ctx, tags.Sender(id, emailMailFrom), benchEmailRequest.To, signed)
 		if res[0].Status != smtpsend.Delivered {
 			return fmt.Errorf("SMTP send: %d %s", res[0].Code, res[0].Message)
 		}
@@ -273,11 +273,6 @@ func signBenchMessage(signer crypto.Signer) ([]byte, error) {
 	return mailmsg.Sign(raw, emailDomain, emailSelector, signer)
 }
 
-// envelopeSender is the MAIL FROM the email activities use
-// (bounces+<email_id>@<MAIL FROM subdomain>): the sink notes arrivals by the
-// id in it.
-func envelopeSender(id string) string { return "bounces+" + id + "@" + emailMailFrom }
-
 // startSink starts the recipients' side: a go-smtp server on loopback that
 // accepts every message and notes, by the id in its envelope sender, when
 // the message was complete (just before the server answers 250).
@@ -313,8 +308,10 @@ type sinkSession struct {
 }
 
 func (s *sinkSession) Mail(from string, _ *smtp.MailOptions) error {
+	// The envelope sender of the email activities,
+	// bounces+<email_id>.<tag>@<MAIL FROM subdomain>, names the email.
 	local, _, _ := strings.Cut(from, "@")
-	s.id = strings.TrimPrefix(local, "bounces+")
+	s.id, _, _ = strings.Cut(strings.TrimPrefix(local, "bounces+"), ".")
 	return nil
 }
 
