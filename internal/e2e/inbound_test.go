@@ -1,0 +1,389 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"net/smtp"
+	"net/textproto"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mailyard/mailyard/internal/testenv"
+)
+
+// startInbound starts `mailyard inbound` on a free port with its metrics
+// listener and returns its SMTP address and /metrics URL.
+func (s *stack) startInbound(extraEnv ...string) (addr, metricsURL string) {
+	s.t.Helper()
+	addr, metrics := testenv.FreeAddr(s.t), testenv.FreeAddr(s.t)
+	testenv.Start(s.t, slices.Concat(s.env, []string{"MAILYARD_INBOUND_ADDR=" + addr, "MAILYARD_METRICS_ADDR=" + metrics}, extraEnv), "inbound")
+	testenv.WaitListening(s.t, addr, 30*time.Second)
+	return addr, "http://" + metrics + "/metrics"
+}
+
+// sendMail sends one message with Go's net/smtp client, a client Mailyard
+// did not write, and returns the server's error, if any.
+func sendMail(addr, from string, to []string, msg string) error {
+	return smtp.SendMail(addr, nil, from, to, []byte(strings.ReplaceAll(msg, "\n", "\r\n")))
+}
+
+// postfixDSN is a delivery status notification the way Postfix writes one,
+// for one recipient.
+func postfixDSN(envelopeSender, recipient, messageID, status, diagnostic string) string {
+	return fmt.Sprintf(`Return-Path: <>
+From: MAILER-DAEMON@mx.rcpt.example (Mail Delivery System)
+Subject: Undelivered Mail Returned to Sender
+To: %[1]s
+Auto-Submitted: auto-replied
+MIME-Version: 1.0
+Content-Type: multipart/report; report-type=delivery-status;
+	boundary="5F1A2B3C4D.1732500000/mx.rcpt.example"
+Message-Id: <20261125010203.5F1A2B3C4D@mx.rcpt.example>
+
+This is a MIME-encapsulated message.
+
+--5F1A2B3C4D.1732500000/mx.rcpt.example
+Content-Description: Notification
+Content-Type: text/plain; charset=us-ascii
+
+This is the mail system at host mx.rcpt.example.
+
+I'm sorry to have to inform you that your message could not
+be delivered to one or more recipients.
+
+<%[2]s>: host inner.rcpt.example said: %[5]s
+
+--5F1A2B3C4D.1732500000/mx.rcpt.example
+Content-Description: Delivery report
+Content-Type: message/delivery-status
+
+Reporting-MTA: dns; mx.rcpt.example
+X-Postfix-Queue-ID: 5F1A2B3C4D
+Arrival-Date: Wed, 25 Nov 2026 01:02:00 +0000 (UTC)
+
+Final-Recipient: rfc822; %[2]s
+Original-Recipient: rfc822;%[2]s
+Action: failed
+Status: %[4]s
+Remote-MTA: dns; inner.rcpt.example
+Diagnostic-Code: smtp; %[5]s
+
+--5F1A2B3C4D.1732500000/mx.rcpt.example
+Content-Description: Undelivered Message Headers
+Content-Type: text/rfc822-headers
+
+Return-Path: <%[1]s>
+From: Shop <billing@shop.example>
+To: %[2]s
+Subject: Hello
+Message-ID: <%[3]s>
+
+--5F1A2B3C4D.1732500000/mx.rcpt.example--
+`, envelopeSender, recipient, messageID, status, diagnostic)
+}
+
+// yahooARF is a feedback-loop complaint in RFC 5965 form, as Yahoo sends
+// them: the original attached whole as message/rfc822.
+func yahooARF(to, recipient, messageID string) string {
+	return fmt.Sprintf(`From: feedbackloop@comcast.example
+To: %[1]s
+Subject: FW: Hello
+MIME-Version: 1.0
+Message-ID: <arf-20261125-1@feedback.example>
+Content-Type: multipart/report; report-type=feedback-report;
+	boundary="----=_Part_1_arf"
+
+------=_Part_1_arf
+Content-Type: text/plain; charset="US-ASCII"
+
+This is an email abuse report for an email message received from IP 192.0.2.1.
+
+------=_Part_1_arf
+Content-Type: message/feedback-report
+
+Feedback-Type: abuse
+User-Agent: YahooMailFBL/1.0
+Version: 1
+Original-Mail-From: <bounces@mail.shop.example>
+Original-Rcpt-To: <%[2]s>
+Arrival-Date: Wed, 25 Nov 2026 01:00:00 +0000
+Source-IP: 192.0.2.1
+
+------=_Part_1_arf
+Content-Type: message/rfc822
+
+From: Shop <billing@shop.example>
+To: %[2]s
+Subject: Hello
+Message-ID: <%[3]s>
+Date: Wed, 25 Nov 2026 01:00:00 +0000
+
+Hello.
+------=_Part_1_arf--
+`, to, recipient, messageID)
+}
+
+// Bounces and complaints that arrive by mail at the bounce host, through
+// the real api, worker, dns and inbound processes on PostgreSQL and
+// Temporal: a Postfix DSN turns a delivered recipient bounced (async) and
+// suppresses it, a Yahoo-style ARF report to fbl@ records a complaint, both
+// reach webhooks, statistics and the email's event list exactly once (the
+// same report again changes nothing), and nothing but what Mailyard handed
+// out is accepted. A report naming another organization's email changes
+// nothing there.
+func TestInboundReportsEndToEnd(t *testing.T) {
+	mx := startMX(t)
+	s := startStack(t, append(mx.env(),
+		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
+		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
+		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
+	)...)
+	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
+	mx.route(t, s.customer)
+	inboundAddr, inboundMetrics := s.startInbound()
+
+	rcv := &eventReceiver{}
+	hook := httptest.NewServer(rcv)
+	t.Cleanup(hook.Close)
+	s.call("POST", "/api/v1/webhooks", map[string]any{"url": hook.URL + "/hooks", "event_types": []string{"delivered", "bounced", "complained"}}, 201)
+
+	id, _, _ := verifiedDomain(t, s, "shop.example")
+	sendKey := s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": id, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
+	send := func(to ...string) (emailID, envelope string) {
+		t.Helper()
+		emailID = s.callAs(sendKey, "POST", "/api/v1/emails", map[string]any{
+			"from": "Shop <billing@shop.example>", "to": to, "subject": "Hello", "text": "Hello.",
+		}, 202)["email"].(map[string]any)["id"].(string)
+		testenv.Eventually(t, 30*time.Second, "email sent", func() bool {
+			return s.callAs(sendKey, "GET", "/api/v1/emails/"+emailID, nil, 200)["email"].(map[string]any)["status"] == "sent"
+		})
+		mx.mu.Lock()
+		defer mx.mu.Unlock()
+		for _, from := range mx.froms {
+			if strings.Contains(from, emailID) {
+				return emailID, from
+			}
+		}
+		t.Fatalf("no envelope sender names %s in %v", emailID, mx.froms)
+		return
+	}
+	first, firstSender := send("ada@rcpt.example", "bob@rcpt.example")
+	firstMessageID := first + "@shop.example"
+	testenv.Eventually(t, 30*time.Second, "two delivered events", func() bool { return len(rcv.all()) >= 2 })
+
+	// Only Mailyard's addresses are accepted: a forged tag, an untagged
+	// address for a tagged email, a stranger at the bounce host.
+	local, domain, _ := strings.Cut(firstSender, "@")
+	forged := local[:len(local)-8] + "aaaaaaaa@" + domain
+	for _, rcpt := range []string{forged, "bounces+" + first + "@" + domain, "postmaster@bounces.mailyard.test", "someone@shop.example"} {
+		err := sendMail(inboundAddr, "", []string{rcpt}, postfixDSN(firstSender, "ada@rcpt.example", firstMessageID, "5.1.1", "550 5.1.1 no such user"))
+		if err == nil || !strings.Contains(err.Error(), "550") {
+			t.Fatalf("RCPT TO %s: %v, want 550 5.1.1", rcpt, err)
+		}
+	}
+	// A bare LF in the data is refused (SMTP smuggling); Go's client would
+	// turn it into CRLF, so this one is spoken by hand.
+	if code := rawData(t, inboundAddr, firstSender, "Subject: x\r\n\r\nsmuggled\n.\nMAIL FROM:<x@y>\r\n"); code != "550 5.6.0" {
+		t.Fatalf("bare LF: %q, want 550 5.6.0", code)
+	}
+
+	// A hard bounce after delivery, sent twice.
+	dsn := postfixDSN(firstSender, "ada@rcpt.example", firstMessageID, "5.1.1",
+		"550 5.1.1 <ada@rcpt.example>: Recipient address rejected: User unknown in virtual mailbox table")
+	for range 2 {
+		if err := sendMail(inboundAddr, "", []string{firstSender}, dsn); err != nil {
+			t.Fatalf("DSN: %v", err)
+		}
+	}
+	// A complaint about bob@, to the feedback-loop address.
+	if err := sendMail(inboundAddr, "feedbackloop@comcast.example", []string{"fbl@bounces.mailyard.test"}, yahooARF("fbl@bounces.mailyard.test", "bob@rcpt.example", firstMessageID)); err != nil {
+		t.Fatalf("ARF: %v", err)
+	}
+
+	testenv.Eventually(t, 30*time.Second, "bounced and complained events", func() bool { return len(rcv.all()) >= 4 })
+	time.Sleep(2 * time.Second) // a fifth would be a duplicate
+	events := rcv.all()
+	if len(events) != 4 {
+		t.Fatalf("%d events: %v", len(events), events)
+	}
+	byType := map[string]map[string]any{}
+	for _, ev := range events[2:] {
+		byType[ev["event_type"].(string)] = ev["data"].(map[string]any)
+	}
+	bounce, complaint := byType["bounced"], byType["complained"]
+	if bounce == nil || bounce["message_id"] != first || bounce["to_email"] != "ada@rcpt.example" || bounce["bounce_type"] != "hard" ||
+		bounce["async"] != true || bounce["smtp_code"] != float64(550) || bounce["enhanced_status"] != "5.1.1" ||
+		!strings.Contains(fmt.Sprint(bounce["smtp_message"]), "User unknown") {
+		t.Fatalf("bounced event %v", bounce)
+	}
+	if complaint == nil || complaint["message_id"] != first || complaint["to_email"] != "bob@rcpt.example" ||
+		complaint["feedback_type"] != "abuse" || complaint["user_agent"] != "YahooMailFBL/1.0" {
+		t.Fatalf("complained event %v", complaint)
+	}
+
+	// The email: ada@ bounced after delivery, bob@ still delivered.
+	got := s.callAs(sendKey, "GET", "/api/v1/emails/"+first, nil, 200)["email"].(map[string]any)
+	status := map[string]string{}
+	for _, r := range got["recipients"].([]any) {
+		r := r.(map[string]any)
+		status[r["email"].(string)] = r["status"].(string)
+	}
+	if status["ada@rcpt.example"] != "bounced" || status["bob@rcpt.example"] != "delivered" {
+		t.Fatalf("recipients %v", got["recipients"])
+	}
+	sups := map[string]string{}
+	for _, x := range s.call("GET", "/api/v1/suppressions", nil, 200)["suppressions"].([]any) {
+		sups[x.(map[string]any)["email"].(string)] = x.(map[string]any)["reason"].(string)
+	}
+	if sups["ada@rcpt.example"] != "hard_bounce" || sups["bob@rcpt.example"] != "complaint" || len(sups) != 2 {
+		t.Fatalf("suppressions %v", sups)
+	}
+	today := time.Now().UTC().Format("2006-01-02")
+	totals := s.call("GET", "/api/v1/stats?start="+today+"&end="+today, nil, 200)["totals"].(map[string]any)
+	for counter, n := range map[string]float64{"accepted": 2, "delivered": 2, "bounced": 1, "complained": 1} {
+		if totals[counter] != n {
+			t.Fatalf("stats %s = %v, want %v (%v)", counter, totals[counter], n, totals)
+		}
+	}
+	listed := s.callAs(sendKey, "GET", "/api/v1/emails/"+first+"/events", nil, 200)["events"].([]any)
+	var types []string
+	for _, e := range listed {
+		types = append(types, e.(map[string]any)["event_type"].(string))
+	}
+	if !slices.Equal(types, []string{"delivered", "delivered", "bounced", "complained"}) {
+		t.Fatalf("email events %v", types)
+	}
+	if d := listed[2].(map[string]any)["data"].(map[string]any); d["async"] != true || d["bounce_type"] != "hard" {
+		t.Fatalf("listed bounce %v", d)
+	}
+
+	// Another organization's email: a report sent to the first email's
+	// address that names the other email's recipient and Message-ID changes
+	// nothing there (nor here: the first email has no such recipient).
+	otherKey := regexp.MustCompile(`myk_[0-9A-Za-z]+`).FindString(s.run("org", "create", "other"))
+	other := *s
+	other.adminKey = otherKey
+	otherID, _, _ := verifiedDomain(t, &other, "other.example")
+	otherSend := other.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": otherID, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
+	otherEmail := other.callAs(otherSend, "POST", "/api/v1/emails", map[string]any{
+		"from": "news@other.example", "to": "carol@rcpt.example", "subject": "Other", "text": "Other.",
+	}, 202)["email"].(map[string]any)["id"].(string)
+	testenv.Eventually(t, 30*time.Second, "other email sent", func() bool {
+		return other.callAs(otherSend, "GET", "/api/v1/emails/"+otherEmail, nil, 200)["email"].(map[string]any)["status"] == "sent"
+	})
+	if err := sendMail(inboundAddr, "", []string{firstSender},
+		postfixDSN(firstSender, "carol@rcpt.example", otherEmail+"@other.example", "5.1.1", "550 5.1.1 no such user")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sendMail(inboundAddr, "x@feedback.example", []string{"fbl@bounces.mailyard.test"},
+		yahooARF("fbl@bounces.mailyard.test", "carol@rcpt.example", otherEmail+"@forged.example")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "reports handled", func() bool {
+		scrape := testenv.Scrape(t, s.metricsURL["worker"])
+		return testenv.Sample(t, scrape, `mailyard_inbound_messages_total{kind="dsn"}`) == 3 &&
+			testenv.Sample(t, scrape, `mailyard_inbound_messages_total{kind="arf"}`) == 2
+	})
+	r := other.callAs(otherSend, "GET", "/api/v1/emails/"+otherEmail, nil, 200)["email"].(map[string]any)["recipients"].([]any)[0].(map[string]any)
+	if r["status"] != "delivered" {
+		t.Fatalf("the other organization's recipient is %v", r)
+	}
+	if n := len(other.call("GET", "/api/v1/suppressions", nil, 200)["suppressions"].([]any)); n != 0 {
+		t.Fatalf("the other organization has %d suppressions", n)
+	}
+	if n := len(rcv.all()); n != 4 {
+		t.Fatalf("%d events after reports about another email", n)
+	}
+	testenv.CheckMetrics(t, []byte(testenv.Scrape(t, inboundMetrics)))
+
+	// Operators see ids and kinds in the inbound workflows' histories, never
+	// an address or the subject.
+	scanHistories(t, s.temporal, "InboundMessage", []string{"rcpt.example", "billing@", "Hello", "User unknown"})
+}
+
+// More connections than MAILYARD_SMTP_MAX_CONNECTIONS are answered 421 and
+// closed; the process stays up and serves again once they are gone.
+func TestInboundConnectionCap(t *testing.T) {
+	s := prepareStack(t)
+	testenv.Start(t, s.env, "worker")
+	addr, _ := s.startInbound("MAILYARD_SMTP_MAX_CONNECTIONS=500")
+
+	var mu sync.Mutex
+	var conns []net.Conn
+	greetings := map[string]int{}
+	var wg sync.WaitGroup
+	for range 600 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err != nil {
+				return
+			}
+			_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			buf := make([]byte, 512)
+			n, _ := c.Read(buf)
+			mu.Lock()
+			defer mu.Unlock()
+			conns = append(conns, c)
+			greetings[strings.SplitN(string(buf[:n]), " ", 2)[0]]++
+		}()
+	}
+	wg.Wait()
+	if greetings["220"] != 500 || greetings["421"] != 100 {
+		t.Fatalf("greetings by code %v, want 500 × 220 and 100 × 421", greetings)
+	}
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	testenv.Eventually(t, 10*time.Second, "served again", func() bool {
+		c, err := smtp.Dial(addr)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		return c.Hello("client.example") == nil
+	})
+}
+
+// rawData sends data (which ends without the final dot line) to rcpt over a
+// connection spoken by hand, and returns the reply to the end of data: its
+// code and enhanced code.
+func rawData(t *testing.T, addr, rcpt, data string) string {
+	t.Helper()
+	c, err := textproto.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	step := func(want int, format string, args ...any) {
+		t.Helper()
+		if format != "" {
+			if _, err := c.Cmd(format, args...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, _, err := c.ReadResponse(want); err != nil {
+			t.Fatalf("%s: %v", format, err)
+		}
+	}
+	step(220, "")
+	step(250, "EHLO client.example")
+	step(250, "MAIL FROM:<>")
+	step(250, "RCPT TO:<%s>", rcpt)
+	step(354, "DATA")
+	if _, err := c.W.WriteString(data + "\r\n.\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.W.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	code, msg, _ := c.ReadResponse(0)
+	enhanced, _, _ := strings.Cut(msg, " ")
+	return fmt.Sprintf("%d %s", code, enhanced)
+}
