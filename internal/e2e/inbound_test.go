@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"context"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"net/http/httptest"
@@ -13,6 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	enumspb "go.temporal.io/api/enums/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/mailyard/mailyard/internal/bouncetag"
+	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/testenv"
 )
 
@@ -142,6 +151,9 @@ func TestInboundReportsEndToEnd(t *testing.T) {
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
+		// Inbound workflows end (erase) within the test, so their whole
+		// histories can be recorded for the replay tests.
+		"MAILYARD_EMAIL_RETENTION=3s",
 	)...)
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	mx.route(t, s.customer)
@@ -304,6 +316,45 @@ func TestInboundReportsEndToEnd(t *testing.T) {
 	// Operators see ids and kinds in the inbound workflows' histories, never
 	// an address or the subject.
 	scanHistories(t, s.temporal, "InboundMessage", []string{"rcpt.example", "billing@", "Hello", "User unknown"})
+	recordInboundHistories(t, s)
+}
+
+// recordInboundHistories waits for the inbound workflows to end and, with
+// MAILYARD_RECORD_HISTORIES set, keeps one history of each kind under
+// workflows/inbound/testdata for the replay tests.
+func recordInboundHistories(t *testing.T, s *stack) {
+	t.Helper()
+	ctx := context.Background()
+	var runs []*workflowpb.WorkflowExecutionInfo
+	testenv.Eventually(t, 60*time.Second, "inbound workflows closed", func() bool {
+		page, err := s.temporalC.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: `WorkflowType = "InboundMessage"`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs = page.Executions
+		for _, r := range runs {
+			if r.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				return false
+			}
+		}
+		return len(runs) == 5
+	})
+	seen := map[string]bool{}
+	for _, r := range runs {
+		var res struct {
+			Kind    string `json:"kind"`
+			Effects int    `json:"effects"`
+		}
+		if err := s.temporalC.GetWorkflow(ctx, r.Execution.WorkflowId, r.Execution.RunId).Get(ctx, &res); err != nil {
+			t.Fatalf("%s: %v", r.Execution.WorkflowId, err)
+		}
+		name := fmt.Sprintf("%s-%d-effects", res.Kind, res.Effects)
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		recordHistory(t, "../../workflows/inbound/testdata/inbound-message-v1-"+name+".json", s.historyJSON(r.Execution.WorkflowId, r.Execution.RunId))
+	}
 }
 
 // More connections than MAILYARD_SMTP_MAX_CONNECTIONS are answered 421 and
@@ -386,4 +437,51 @@ func rawData(t *testing.T, addr, rcpt, data string) string {
 	code, msg, _ := c.ReadResponse(0)
 	enhanced, _, _ := strings.Cut(msg, " ")
 	return fmt.Sprintf("%d %s", code, enhanced)
+}
+
+// With the database stopped, the inbound listener answers 451 4.3.0 (the
+// sender keeps the message and retries) and stores nothing; once it is back
+// the same message is taken. The process stays up throughout.
+func TestInboundDatabaseDown(t *testing.T) {
+	pg := testenv.StartPostgres(t)
+	s := prepareTopology(t, topology{database: pg.URL})
+	s.worker = s.startWorker()
+	addr, _ := s.startInbound()
+	st := testenv.OpenStore(t, pg.URL)
+	stored := func() int {
+		n, err := st.DB.NewSelect().Model((*store.InboundMessage)(nil)).Count(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	key, _ := base64.StdEncoding.DecodeString(testEncryptionKey)
+	tags, err := bouncetag.New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A well-tagged address of an email the database would have to look up.
+	tagged := tags.Sender(uuid.Must(uuid.NewV7()).String(), "mail.shop.example")
+	report := yahooARF("fbl@bounces.mailyard.test", "ada@rcpt.example", "x@shop.example")
+
+	if err := sendMail(addr, "fbl@feedback.example", []string{"fbl@bounces.mailyard.test"}, report); err != nil {
+		t.Fatalf("with the database up: %v", err)
+	}
+	pg.Stop()
+	for name, rcpt := range map[string]string{"at DATA": "fbl@bounces.mailyard.test", "at RCPT": tagged} {
+		err := sendMail(addr, "fbl@feedback.example", []string{rcpt}, report)
+		if err == nil || !strings.Contains(err.Error(), "451 4.3.0") {
+			t.Fatalf("%s with the database down: %v, want 451 4.3.0", name, err)
+		}
+	}
+	pg.Start()
+	testenv.Eventually(t, 60*time.Second, "taken again", func() bool {
+		return sendMail(addr, "fbl@feedback.example", []string{"fbl@bounces.mailyard.test"}, report) == nil
+	})
+	if n := stored(); n != 2 {
+		t.Fatalf("%d messages stored, want the two answered 250", n)
+	}
+	if s.worker.Exited() {
+		t.Fatalf("the worker exited: %s", s.worker.Output())
+	}
 }
