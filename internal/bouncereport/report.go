@@ -1,0 +1,216 @@
+package bouncereport
+
+import (
+	"bytes"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/mail"
+	"net/textproto"
+	"strings"
+)
+
+// Kind is what a message at the bounce host is, decided in the order the
+// constants are listed: a message that is several things is the first.
+type Kind string
+
+const (
+	// KindDSN is a delivery status notification: a top-level
+	// multipart/report; report-type=delivery-status with at least one
+	// per-recipient block (RFC 3464).
+	KindDSN Kind = "dsn"
+	// KindARF is a feedback-loop complaint: a top-level multipart/report;
+	// report-type=feedback-report with a message/feedback-report part
+	// (RFC 5965).
+	KindARF Kind = "arf"
+	// KindAutoReply is an automatic reply (RFC 3834 Auto-Submitted other
+	// than "no", X-Autoreply, X-Autorespond or Precedence: auto_reply).
+	// It comes after the reports because most DSNs carry Auto-Submitted.
+	KindAutoReply Kind = "auto_reply"
+	// KindLegacyBounce is a non-standard bounce: sent from the null sender,
+	// not a report, and its text names addresses beside 5.x.x status codes.
+	// The caller must still check Report.LegacyRecipient.
+	KindLegacyBounce Kind = "legacy_bounce"
+	// KindUnsubscribe is mail to an unsubscribe+<token> address that is
+	// none of the above.
+	KindUnsubscribe Kind = "unsubscribe"
+	// KindUnrecognized is everything else, including what cannot be parsed.
+	KindUnrecognized Kind = "unrecognized"
+)
+
+// Envelope is what the SMTP transaction, not the message, says.
+type Envelope struct {
+	// NullSender is true when MAIL FROM was the null path <>, as for
+	// bounces (RFC 5321 §4.5.5).
+	NullSender bool
+	// Unsubscribe is true when the message was addressed to an
+	// unsubscribe+<token> address.
+	Unsubscribe bool
+}
+
+// Report is what Parse found in one message. Only the fields of its Kind are
+// set, apart from MessageID.
+type Report struct {
+	Kind Kind
+	// MessageID is the message's own Message-ID without angle brackets,
+	// for de-duplicating redelivered reports; "" if it has none.
+	MessageID string
+	// OriginalMessageID is the Message-ID, without angle brackets, of the
+	// original message a dsn or arf includes (message/rfc822 or
+	// text/rfc822-headers part); "" if none.
+	OriginalMessageID string
+	// Recipients are a dsn's per-recipient blocks, in order, at most
+	// maxRecipients of them.
+	Recipients []DSNRecipient
+	// Feedback is an arf's feedback report.
+	Feedback *Feedback
+	// Legacy are a legacy_bounce's candidate findings; see LegacyRecipient.
+	Legacy []LegacyFinding
+}
+
+// Limits on what Parse examines, so that hostile input costs linear time and
+// bounded memory. Input beyond them is ignored, not an error.
+const (
+	// maxParts is the number of MIME parts examined in the whole message.
+	maxParts = 100
+	// maxDepth is how many multipart levels are entered, the top one included.
+	maxDepth = 3
+	// maxPartBytes is how much of a report part (delivery-status,
+	// feedback-report, the original's headers) is read, after decoding.
+	maxPartBytes = 256 << 10
+	// maxTextBytes is how much decoded text a legacy bounce is searched in.
+	maxTextBytes = 64 << 10
+	// maxRecipients is the number of DSN per-recipient blocks returned,
+	// and of Original-Rcpt-To addresses and legacy findings.
+	maxRecipients = 100
+	// maxBlocks is the number of header blocks of a delivery-status part
+	// parsed, so that many tiny empty blocks cannot cost more than useful ones.
+	maxBlocks = 2*maxRecipients + 1
+)
+
+// Parse classifies a raw message received at the bounce host and extracts
+// the facts of its kind. It never fails and never panics: a message it cannot
+// understand is KindUnrecognized.
+func Parse(raw []byte, env Envelope) (r *Report) {
+	defer func() {
+		// A bug here must not take the caller's workflow down with it; the
+		// fuzz tests call parse directly so that such bugs still show.
+		if recover() != nil {
+			r = &Report{Kind: KindUnrecognized}
+		}
+	}()
+	return parse(raw, env)
+}
+
+func parse(raw []byte, env Envelope) *Report {
+	r := &Report{Kind: KindUnrecognized}
+	msg, err := mail.ReadMessage(bytes.NewReader(raw))
+	if err != nil {
+		// Without a header there is nothing to classify by.
+		return r
+	}
+	h := msg.Header
+	r.MessageID = stripAngles(h.Get("Message-Id"))
+
+	mediaType, params, _ := mime.ParseMediaType(h.Get("Content-Type"))
+	if mediaType == "multipart/report" && params["boundary"] != "" {
+		// Only the top-level report type counts: a report attached inside
+		// another message is that message's content, not a report to us.
+		switch strings.ToLower(strings.TrimSpace(params["report-type"])) {
+		case "delivery-status":
+			readReport(r, msg.Body, params["boundary"], true)
+			if len(r.Recipients) > 0 {
+				r.Kind = KindDSN
+				return r
+			}
+		case "feedback-report":
+			readReport(r, msg.Body, params["boundary"], false)
+			if r.Feedback != nil {
+				r.Kind = KindARF
+				return r
+			}
+		}
+		r.OriginalMessageID, r.Recipients, r.Feedback = "", nil, nil
+	}
+
+	if isAutoReply(h) {
+		r.Kind = KindAutoReply
+		return r
+	}
+	if env.NullSender {
+		// The body may have been consumed by readReport; read it afresh.
+		if again, err := mail.ReadMessage(bytes.NewReader(raw)); err == nil {
+			r.Legacy = legacyFindings(bodyText(again.Header, again.Body))
+		}
+		if len(r.Legacy) > 0 {
+			r.Kind = KindLegacyBounce
+			return r
+		}
+	}
+	if env.Unsubscribe {
+		r.Kind = KindUnsubscribe
+	}
+	return r
+}
+
+// isAutoReply reports whether the header marks an automatic reply. An empty
+// Auto-Submitted counts: only "no" says a human wrote the message (RFC 3834
+// §5), and a broken header is more likely from software than from a person.
+func isAutoReply(h mail.Header) bool {
+	if v, ok := h["Auto-Submitted"]; ok && len(v) > 0 {
+		value, _, _ := strings.Cut(v[0], ";")
+		if !strings.EqualFold(strings.TrimSpace(value), "no") {
+			return true
+		}
+	}
+	if _, ok := h["X-Autoreply"]; ok {
+		return true
+	}
+	if _, ok := h["X-Autorespond"]; ok {
+		return true
+	}
+	return strings.EqualFold(strings.TrimSpace(h.Get("Precedence")), "auto_reply")
+}
+
+// readReport reads the direct children of a top-level multipart/report:
+// the delivery-status (dsn) or feedback-report (arf) part and the original
+// message. Nested multiparts (a human-readable multipart/alternative) are
+// skipped unread; a report inside the original is never looked at.
+func readReport(r *Report, body io.Reader, boundary string, dsn bool) {
+	var haveStatus bool
+	var original textproto.MIMEHeader
+	parts := multipart.NewReader(body, boundary)
+	for range maxParts {
+		p, err := parts.NextPart()
+		if err != nil {
+			// The end, or a truncated or broken message: keep what was read.
+			break
+		}
+		mediaType, _, _ := mime.ParseMediaType(p.Header.Get("Content-Type"))
+		switch mediaType {
+		case "message/delivery-status", "message/global-delivery-status":
+			if dsn && !haveStatus {
+				haveStatus = true
+				r.Recipients = parseDeliveryStatus(readPart(p, maxPartBytes))
+			}
+		case "message/feedback-report":
+			if !dsn && r.Feedback == nil {
+				r.Feedback = parseFeedback(readPart(p, maxPartBytes))
+			}
+		case "message/rfc822", "text/rfc822-headers", "message/rfc822-headers",
+			"message/global", "message/global-headers":
+			if original == nil {
+				original = readHeader(readPart(p, maxPartBytes))
+			}
+		}
+	}
+	if original == nil {
+		return
+	}
+	r.OriginalMessageID = stripAngles(original.Get("Message-Id"))
+	if r.Feedback != nil {
+		r.Feedback.OriginalReturnPath = stripAngles(original.Get("Return-Path"))
+		r.Feedback.OriginalFrom = clean(original.Get("From"))
+		r.Feedback.OriginalTo = clean(original.Get("To"))
+	}
+}
