@@ -107,7 +107,7 @@ func (a *Inbound) apply(ctx context.Context, report *bouncereport.Report, email 
 		n, err := a.applyDSN(ctx, report, email)
 		return store.InboundDSN, n, err
 	case bouncereport.KindARF:
-		if report.Feedback == nil || !feedbackComplaints[strings.ToLower(report.Feedback.FeedbackType)] {
+		if report.Feedback == nil || !feedbackComplaints[strings.ToLower(report.Feedback.Type)] {
 			return store.InboundARFOther, 0, nil
 		}
 		if email == nil {
@@ -267,7 +267,7 @@ func (a *Inbound) applyComplaint(ctx context.Context, fb *bouncereport.Feedback,
 	}
 	data := complaintData{
 		MessageID: email.ID, ToEmail: r.Address, Subject: email.Subject,
-		FeedbackType: strings.ToLower(fb.FeedbackType), UserAgent: fb.UserAgent,
+		FeedbackType: strings.ToLower(fb.Type), UserAgent: fb.UserAgent,
 	}
 	created := false
 	err := a.Store.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {

@@ -1,0 +1,201 @@
+package activities_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/mailyard/mailyard/activities"
+	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/testenv"
+	"github.com/mailyard/mailyard/workflows/inbound"
+)
+
+// The email every report under internal/bouncereport/testdata is about.
+const (
+	reportedEmailID = "0193a7c2-5b1e-7c3d-9f00-123456789abc"
+	reportedSender  = "bounces+" + reportedEmailID + ".k3j5m2q7@mail.shop.example"
+)
+
+type inboundFixture struct {
+	a     *activities.Inbound
+	st    *store.Store
+	org   int64
+	email *store.Email
+}
+
+// newInboundFixture stores the reported email (delivered to each of
+// recipients) over a real PostgreSQL database.
+func newInboundFixture(t *testing.T, recipients ...string) *inboundFixture {
+	t.Helper()
+	ctx := context.Background()
+	st := testenv.OpenStore(t, testenv.PostgresURL(t))
+	secret, _ := keys.NewAPIKey()
+	org, err := st.CreateOrganizationWithKey(ctx, "shop", &store.APIKey{Label: "boot", Username: "shop", Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: store.Permissions{"admin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &store.Domain{OrganizationID: org.ID, Domain: "shop.example", MailFromSubdomain: "mail.shop.example", DKIMToken: "tok", Status: store.DomainVerified}
+	if err := st.CreateDomain(ctx, d, nil); err != nil {
+		t.Fatal(err)
+	}
+	e := &store.Email{ID: reportedEmailID, OrganizationID: org.ID, DomainID: d.ID, FromAddress: "news@shop.example", Subject: "Your order has shipped", Content: []byte("{}")}
+	if err := st.CreateEmail(ctx, e, recipients); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SetEnvelopeSender(ctx, e.ID, reportedSender); err != nil {
+		t.Fatal(err)
+	}
+	for i := range recipients {
+		if _, err := st.ChangeRecipient(ctx, e.ID, store.RecipientChange{Position: i, Status: store.RecipientDelivered}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &inboundFixture{a: &activities.Inbound{Store: st}, st: st, org: org.ID, email: e}
+}
+
+// receive stores a testdata report as the listener does: sent to the email's
+// envelope sender (toEmail) or to fbl@ of the bounce host.
+func (f *inboundFixture) receive(t *testing.T, file string, toEmail bool, mailFrom string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "internal", "bouncereport", "testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &store.InboundMessage{ID: uuid.Must(uuid.NewV7()).String(), MailFrom: mailFrom, Raw: raw, Recipients: store.AddressList{"fbl@bounces.example"}}
+	if toEmail {
+		m.Recipients = store.AddressList{reportedSender}
+		m.EmailID, m.OrganizationID, m.DomainID = &f.email.ID, &f.email.OrganizationID, &f.email.DomainID
+	}
+	if err := f.st.CreateInboundMessage(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	return m.ID
+}
+
+func (f *inboundFixture) handle(t *testing.T, id string) inbound.HandleResult {
+	t.Helper()
+	res, err := f.a.Handle(context.Background(), inbound.HandleInput{InboundID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func (f *inboundFixture) recipient(t *testing.T, addr string) store.EmailRecipient {
+	t.Helper()
+	rs, err := f.st.EmailRecipients(context.Background(), f.email.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if r.Address == addr {
+			return r
+		}
+	}
+	t.Fatalf("no recipient %s", addr)
+	return store.EmailRecipient{}
+}
+
+func (f *inboundFixture) events(t *testing.T) map[string]int {
+	t.Helper()
+	events, _, err := f.st.EmailEvents(context.Background(), store.EmailScope{OrganizationID: f.org}, f.email.ID, store.Page{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, e := range events {
+		out[e.EventType+" "+e.ToEmail]++
+	}
+	return out
+}
+
+func (f *inboundFixture) suppressed(t *testing.T) map[string]string {
+	t.Helper()
+	rows, _, err := f.st.ListSuppressions(context.Background(), f.org, store.Page{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, r := range rows {
+		out[r.Email] = r.Reason
+	}
+	return out
+}
+
+// Each kind of report has the effect docs/inbound.md gives it, once: a
+// report handled twice, or received twice, changes nothing the second time.
+func TestHandleReports(t *testing.T) {
+	f := newInboundFixture(t, "nobody@example.org", "full@example.org", "slow@example.org", "reader@example.org", "gone.user@example.org")
+
+	hard := f.receive(t, "postfix-hard.eml", true, "")
+	if res := f.handle(t, hard); res.Kind != store.InboundDSN || res.Effects != 1 || res.OrganizationID != f.org {
+		t.Fatalf("hard DSN: %+v", res)
+	}
+	if r := f.recipient(t, "nobody@example.org"); r.Status != store.RecipientBounced || r.SMTPCode == nil || *r.SMTPCode != 550 {
+		t.Fatalf("hard-bounced recipient %+v", r)
+	}
+	// Handled again (a retried step), and received again: nothing more.
+	if res := f.handle(t, hard); res.Effects != 0 {
+		t.Fatalf("second handling: %+v", res)
+	}
+	if res := f.handle(t, f.receive(t, "postfix-hard.eml", true, "")); res.Kind != store.InboundDSN || res.Effects != 0 {
+		t.Fatalf("the same report again: %+v", res)
+	}
+
+	if res := f.handle(t, f.receive(t, "soft-failed-mailbox-full.eml", true, "")); res.Kind != store.InboundDSN || res.Effects != 1 {
+		t.Fatalf("soft DSN: %+v", res)
+	}
+	if r := f.recipient(t, "full@example.org"); r.Status != store.RecipientBounced {
+		t.Fatalf("soft-bounced recipient %+v", r)
+	}
+	if res := f.handle(t, f.receive(t, "postfix-delayed.eml", true, "")); res.Kind != store.InboundDSN || res.Effects != 0 {
+		t.Fatalf("delayed DSN: %+v", res)
+	}
+	if r := f.recipient(t, "slow@example.org"); r.Status != store.RecipientDelivered || r.LastResponse == nil {
+		t.Fatalf("delayed recipient %+v", r)
+	}
+
+	// A complaint to fbl@ finds the email by the original's Message-ID.
+	if res := f.handle(t, f.receive(t, "arf-yahoo.eml", false, "fbl@isp.example")); res.Kind != store.InboundARF || res.Effects != 1 || res.OrganizationID != f.org {
+		t.Fatalf("ARF: %+v", res)
+	}
+	if res := f.handle(t, f.receive(t, "arf-yahoo.eml", false, "fbl@isp.example")); res.Effects != 0 {
+		t.Fatalf("ARF again: %+v", res)
+	}
+	if res := f.handle(t, f.receive(t, "arf-not-spam.eml", false, "fbl@isp.example")); res.Kind != store.InboundARFOther || res.Effects != 0 {
+		t.Fatalf("not-spam ARF: %+v", res)
+	}
+
+	if res := f.handle(t, f.receive(t, "qmail.eml", true, "")); res.Kind != store.InboundLegacyBounce || res.Effects != 1 {
+		t.Fatalf("qmail bounce: %+v", res)
+	}
+	if res := f.handle(t, f.receive(t, "ooo-auto-submitted.eml", true, "reader@example.org")); res.Kind != store.InboundAutoReply || res.Effects != 0 {
+		t.Fatalf("auto-reply: %+v", res)
+	}
+	if res := f.handle(t, f.receive(t, "human-reply.eml", true, "reader@example.org")); res.Kind != store.InboundUnrecognized {
+		t.Fatalf("human reply: %+v", res)
+	}
+
+	wantEvents := map[string]int{
+		"bounced nobody@example.org": 1, "bounced full@example.org": 1, "complained reader@example.org": 1, "bounced gone.user@example.org": 1,
+	}
+	got := f.events(t)
+	for k, n := range wantEvents {
+		if got[k] != n {
+			t.Fatalf("events %v, want %v", got, wantEvents)
+		}
+	}
+	if len(got) != len(wantEvents) {
+		t.Fatalf("events %v, want %v", got, wantEvents)
+	}
+	wantSups := map[string]string{"nobody@example.org": "hard_bounce", "reader@example.org": "complaint", "gone.user@example.org": "hard_bounce"}
+	if sups := f.suppressed(t); len(sups) != len(wantSups) || sups["nobody@example.org"] != "hard_bounce" ||
+		sups["reader@example.org"] != "complaint" || sups["gone.user@example.org"] != "hard_bounce" {
+		t.Fatalf("suppressions %v, want %v", sups, wantSups)
+	}
+}
