@@ -73,6 +73,8 @@ FUZZ_TARGETS  := \
 	./internal/webhook:FuzzRetryAfter \
 	./internal/webhook:FuzzBuildBody \
 	./internal/dnsserver:FuzzServeDNS \
+	./internal/bouncereport:FuzzParse \
+	./internal/bouncereport:FuzzRefold \
 	./api:FuzzPageCursor \
 	./api:FuzzIdempotencyKey
 

@@ -59,8 +59,8 @@ type Report struct {
 	// original message a dsn or arf includes (message/rfc822 or
 	// text/rfc822-headers part); "" if none.
 	OriginalMessageID string
-	// Recipients are a dsn's per-recipient blocks, in order, at most
-	// maxRecipients of them.
+	// Recipients are a dsn's per-recipient blocks, in order, at most 100
+	// of them.
 	Recipients []DSNRecipient
 	// Feedback is an arf's feedback report.
 	Feedback *Feedback
