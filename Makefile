@@ -73,6 +73,8 @@ FUZZ_TARGETS  := \
 	./internal/webhook:FuzzRetryAfter \
 	./internal/webhook:FuzzBuildBody \
 	./internal/dnsserver:FuzzServeDNS \
+	./internal/smtpserver:FuzzReadMessage \
+	./internal/bouncetag:FuzzEmailID \
 	./internal/bouncereport:FuzzParse \
 	./internal/bouncereport:FuzzRefold \
 	./api:FuzzPageCursor \
@@ -99,7 +101,7 @@ lint:
 docs-assets:
 	api/docsui/fetch-assets.sh $(ELEMENTS_VER)
 
-# `make bench ONLY=email` (or api, delivery; comma-separated) runs some of them.
+# `make bench ONLY=email` (or api, delivery, inbound; comma-separated) runs some of them.
 bench: $(TEMPORAL_CLI) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
 	$(GO) run ./internal/bench $(if $(ONLY),-only $(ONLY))
 

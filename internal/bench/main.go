@@ -22,6 +22,7 @@ func main() {
 		{"api", benchAPI},
 		{"delivery", func(ctx context.Context) error { return benchDelivery(ctx, os.Stdout) }},
 		{"email", func(ctx context.Context) error { return benchEmail(ctx, os.Stdout) }},
+		{"inbound", func(ctx context.Context) error { return benchInbound(ctx, os.Stdout) }},
 	}
 	var names []string
 	for _, b := range benches {
