@@ -133,7 +133,18 @@ func cmdDev(ctx context.Context, logger *slog.Logger) error {
 		// The relay was moved (tests run dev on free ports): listen there.
 		sinkAddr = cfg.SMTP.Relay
 	}
-	sink, err := devsmtp.Start(sinkAddr, mailDir, logger)
+	// The sink answers bounce-later* and complain* recipients by mail, like
+	// a remote server after its 250: through the MX record of the MAIL
+	// FROM subdomain (which dev's DNS server answers) to the bounce host,
+	// which is this process's inbound listener.
+	var reports *devsmtp.Reports
+	if cfg.DNSPublisher == "embedded" {
+		reports = &devsmtp.Reports{
+			Hostname: "mx.recipient.test", Resolver: cfg.DNSAddr, BounceHost: cfg.BounceHost,
+			Route: map[string]string{cfg.BounceHost: cfg.InboundAddr},
+		}
+	}
+	sink, err := devsmtp.StartWithReports(sinkAddr, mailDir, logger, reports)
 	if err != nil {
 		return err
 	}
@@ -145,11 +156,12 @@ Mailyard is running on its embedded defaults (Ctrl-C stops everything):
   Temporal UI  %s
   DKIM zone    %s on %s (udp and tcp)
   sent mail    %s/<email_id>.eml (SMTP on %s)
+  bounce host  %s (SMTP; bounces and complaints arrive here)
   admin key    %s   (also in .data/admin-key)
 
   curl -H "Authorization: Bearer $(cat .data/admin-key)" http://%s/api/v1/domains
 
-`, cfg.HTTPAddr, cfg.HTTPAddr, temporal.UIURL, cfg.DKIMHost, cfg.DNSAddr, mailDir, sink.Addr(), adminKey, cfg.HTTPAddr)
+`, cfg.HTTPAddr, cfg.HTTPAddr, temporal.UIURL, cfg.DKIMHost, cfg.DNSAddr, mailDir, sink.Addr(), cfg.InboundAddr, adminKey, cfg.HTTPAddr)
 
 	g, gctx := errgroup.WithContext(ctx)
 	// The API and the workers share tc: a delivery workflow the API starts

@@ -22,7 +22,8 @@ import (
 // The README's walk through `make run`, on the real `mailyard dev` process
 // (SQLite, its own Temporal dev server, DNS and SMTP servers), on free ports:
 // add a .test domain (it verifies itself), create a send key, send, find
-// .data/mail/<email_id>.eml, receive the delivered webhook. The message's
+// .data/mail/<email_id>.eml, receive the delivered webhook, then a bounce
+// and a complaint that arrive later by mail at dev's bounce host. The message's
 // DKIM signature is checked by an independent implementation, Debian's
 // python3-dkim, against the key `mailyard dev` serves in DNS through the
 // domain's CNAME.
@@ -45,6 +46,7 @@ func TestDevWalk(t *testing.T) {
 		"MAILYARD_INTERNAL_ADDR=" + testenv.FreeAddr(t),
 		"MAILYARD_DNS_ADDR=" + dnsAddr,
 		"MAILYARD_SMTP_RELAY=" + smtpAddr,
+		"MAILYARD_INBOUND_ADDR=" + testenv.FreeAddr(t),
 	}, "dev")
 	testenv.WaitListening(t, httpAddr, 90*time.Second)
 	admin, err := os.ReadFile(filepath.Join(dir, ".data", "admin-key"))
@@ -67,7 +69,7 @@ func TestDevWalk(t *testing.T) {
 	t.Cleanup(rcv.Close)
 
 	key := strings.TrimSpace(string(admin))
-	hookID := api.do(key, "POST", "/api/v1/webhooks", map[string]any{"url": rcv.URL + "/hooks", "event_types": []string{"delivered"}}, 201)["webhook"].(map[string]any)["id"]
+	hookID := api.do(key, "POST", "/api/v1/webhooks", map[string]any{"url": rcv.URL + "/hooks", "event_types": []string{"delivered", "bounced", "complained"}}, 201)["webhook"].(map[string]any)["id"]
 	// A test event is started by the API, eagerly: dev's API and workers
 	// share one Temporal client.
 	api.do(key, "POST", fmt.Sprintf("/api/v1/webhooks/%v/test", hookID), nil, 201)
@@ -100,6 +102,36 @@ func TestDevWalk(t *testing.T) {
 		t.Fatalf("the .eml is not the message:\n%s", msg)
 	}
 	verifyWithPythonDKIM(t, msg, dnsAddr)
+
+	// The sink accepts bounce-later@ and complain@, then reports by mail
+	// through the MX of mail.shop.test to dev's inbound listener: the email
+	// is delivered twice, then bounced (async) and complained about.
+	later := api.do(sendKey, "POST", "/api/v1/emails", map[string]any{
+		"from": "hello@shop.test", "to": []string{"bounce-later@example.org", "complain@example.org"}, "subject": "Later", "text": "Later.",
+	}, 202)["email"].(map[string]any)["id"].(string)
+	byType := map[string]map[string]any{}
+	testenv.Eventually(t, 60*time.Second, "delivered ×2, bounced and complained webhooks", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, h := range hooks {
+			if data := h["data"].(map[string]any); data["message_id"] == later {
+				n++
+				byType[h["event_type"].(string)+" "+data["to_email"].(string)] = data
+			}
+		}
+		return n == 4
+	})
+	if b := byType["bounced bounce-later@example.org"]; b == nil || b["async"] != true || b["bounce_type"] != "hard" || b["enhanced_status"] != "5.1.1" {
+		t.Fatalf("webhooks %v", byType)
+	}
+	if c := byType["complained complain@example.org"]; c == nil || c["feedback_type"] != "abuse" {
+		t.Fatalf("webhooks %v", byType)
+	}
+	events := api.do(sendKey, "GET", "/api/v1/emails/"+later+"/events", nil, 200)["events"].([]any)
+	if len(events) != 4 {
+		t.Fatalf("the email's events: %v", events)
+	}
 }
 
 // verifyWithPythonDKIM checks a message's DKIM signature with Debian's

@@ -28,16 +28,26 @@ type Server struct {
 	smtp   *smtp.Server
 	ln     net.Listener
 	served chan struct{}
+	// reports holds what plays the remote side of late bounces and
+	// complaints (reports.go); nil sends none.
+	reports *reporter
 }
 
 // Start listens on addr (host:port; port 0 picks a free one) and writes
 // each message it receives to dir, which it creates if needed, as
 // <email_id>.eml. The email id comes from the envelope sender
-// bounces+<email_id>@..., the form Mailyard sends with; a message without
+// bounces+<email_id>.<tag>@..., the form Mailyard sends with; a message without
 // one gets a random name. Files appear whole (written to a temporary file,
 // then renamed) and only their owner can read them (mode 0600): they hold
 // whatever personal data the messages do.
 func Start(addr, dir string, logger *slog.Logger) (*Server, error) {
+	return StartWithReports(addr, dir, logger, nil)
+}
+
+// StartWithReports is Start with reports: the sink also answers
+// bounce-later* recipients with a DSN and complain* recipients with an ARF
+// report, by mail to the bounce host (reports.go).
+func StartWithReports(addr, dir string, logger *slog.Logger, cfg *Reports) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("dev SMTP: %w", err)
 	}
@@ -45,15 +55,19 @@ func Start(addr, dir string, logger *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dev SMTP: %w", err)
 	}
+	var rep *reporter
+	if cfg != nil {
+		rep = &reporter{cfg: *cfg, logger: logger, stop: make(chan struct{})}
+	}
 	srv := smtp.NewServer(smtp.BackendFunc(func(*smtp.Conn) (smtp.Session, error) {
-		return &session{dir: dir, logger: logger}, nil
+		return &session{dir: dir, logger: logger, reports: rep}, nil
 	}))
 	srv.Domain = "mailyard-dev"
 	srv.MaxMessageBytes = maxMessageBytes
 	srv.ReadTimeout = time.Minute
 	srv.WriteTimeout = time.Minute
 	srv.ErrorLog = errorLog{logger}
-	s := &Server{smtp: srv, ln: ln, served: make(chan struct{})}
+	s := &Server{smtp: srv, ln: ln, served: make(chan struct{}), reports: rep}
 	go func() {
 		defer close(s.served)
 		_ = srv.Serve(ln)
@@ -72,6 +86,9 @@ func (s *Server) Close() error {
 	// not have started yet.
 	_ = s.ln.Close()
 	<-s.served
+	if s.reports != nil {
+		s.reports.close()
+	}
 	if errors.Is(err, smtp.ErrServerClosed) {
 		return nil
 	}
@@ -79,9 +96,11 @@ func (s *Server) Close() error {
 }
 
 type session struct {
-	dir    string
-	logger *slog.Logger
-	from   string
+	dir     string
+	logger  *slog.Logger
+	reports *reporter
+	from    string
+	to      []string
 }
 
 func (s *session) Mail(from string, _ *smtp.MailOptions) error {
@@ -89,16 +108,19 @@ func (s *session) Mail(from string, _ *smtp.MailOptions) error {
 	return nil
 }
 
-func (s *session) Rcpt(string, *smtp.RcptOptions) error { return nil }
+func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
+	s.to = append(s.to, to)
+	return nil
+}
 
-func (s *session) Reset()        { s.from = "" }
+func (s *session) Reset()        { s.from, s.to = "", nil }
 func (s *session) Logout() error { return nil }
 
 func (s *session) Data(r io.Reader) error {
 	id, ok := emailID(s.from)
 	if !ok {
 		id = uuid.NewString()
-		s.logger.Warn("dev SMTP: the envelope sender is not bounces+<email_id>@...; saving the message under a random name", "file", id+".eml")
+		s.logger.Warn("dev SMTP: the envelope sender is not bounces+<email_id>.<tag>@...; saving the message under a random name", "file", id+".eml")
 	}
 	path := filepath.Join(s.dir, id+".eml")
 	n, err := writeAtomically(path, r)
@@ -111,6 +133,9 @@ func (s *session) Data(r io.Reader) error {
 		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "cannot save the message"}
 	}
 	s.logger.Info("dev SMTP: message saved", "email_id", id, "file", path, "bytes", n)
+	if s.reports != nil {
+		s.reports.answer(id, s.from, s.to, path)
+	}
 	return nil
 }
 
@@ -118,14 +143,15 @@ func (s *session) Data(r io.Reader) error {
 var emailIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
 // emailID extracts the email id from an envelope sender of the form
-// bounces+<email_id>@<domain>.
+// bounces+<email_id>.<tag>@<domain> (or, for emails sent before tags,
+// bounces+<email_id>@<domain>).
 func emailID(envelopeSender string) (string, bool) {
 	const prefix = "bounces+"
 	local, _, found := strings.Cut(envelopeSender, "@")
 	if !found || len(local) <= len(prefix) || !strings.EqualFold(local[:len(prefix)], prefix) {
 		return "", false
 	}
-	id := local[len(prefix):]
+	id, _, _ := strings.Cut(local[len(prefix):], ".")
 	return id, emailIDPattern.MatchString(id)
 }
 
