@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/emersion/go-smtp"
@@ -62,6 +63,9 @@ type Backend struct {
 	// (MAILYARD_EMAIL_RETENTION).
 	Retention time.Duration
 	Logger    *slog.Logger
+
+	// starts are the workflow starts under way after a 250.
+	starts sync.WaitGroup
 }
 
 // NewSession implements smtp.Backend.
@@ -150,13 +154,19 @@ func (s *session) Data(r io.Reader) error {
 		s.b.Logger.Warn("inbound: cannot store a message; answering 451", "error", err)
 		return smtpserver.ErrUnavailable
 	}
-	startCtx, cancelStart := context.WithTimeout(context.Background(), startTimeout)
-	defer cancelStart()
-	if err := inboundwf.Start(startCtx, s.b.Temporal, m.ID, owner, s.b.Retention); err != nil {
-		// Stored: the sweep starts it.
-		s.b.Logger.Warn("inbound: message stored, workflow not started yet", "inbound_id", m.ID, "error", err)
-	}
 	s.b.Logger.Info("inbound: message received", "inbound_id", m.ID, "bytes", len(raw))
+	// The 250 goes out now: the message is committed, and Temporal being
+	// slow or down must not hold the sender. A start that fails is made by
+	// the sweep.
+	s.b.starts.Add(1)
+	go func() {
+		defer s.b.starts.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+		defer cancel()
+		if err := inboundwf.Start(ctx, s.b.Temporal, m.ID, owner, s.b.Retention); err != nil {
+			s.b.Logger.Warn("inbound: message stored, its workflow not started yet (the sweep will)", "inbound_id", m.ID, "error", err)
+		}
+	}()
 	return nil
 }
 

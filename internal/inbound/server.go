@@ -69,6 +69,7 @@ func (b *Backend) Serve(ctx context.Context, l Listener, ready func(addr string)
 	}
 	stopSweep()
 	<-swept
+	b.starts.Wait()
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

@@ -1,0 +1,92 @@
+package inbound_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/smtp"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/mailyard/mailyard/internal/bouncetag"
+	"github.com/mailyard/mailyard/internal/inbound"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/testenv"
+	inboundwf "github.com/mailyard/mailyard/workflows/inbound"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func serve(t *testing.T, b *inbound.Backend) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- b.Serve(ctx, inbound.Listener{Addr: "127.0.0.1:0", SweepEvery: time.Hour}, func(a string) { ready <- a }) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	select {
+	case a := <-ready:
+		return a
+	case err := <-done:
+		t.Fatal(err)
+	}
+	return ""
+}
+
+// With Temporal unreachable, a message is still committed and answered
+// 250; the sweep of a process that reaches Temporal starts its workflow.
+func TestTemporalDownNeverBlocksThe250(t *testing.T) {
+	st := testenv.OpenStore(t, testenv.PostgresURL(t))
+	tags, _ := bouncetag.New(bytes.Repeat([]byte{1}, 32))
+	dead, err := client.NewLazyClient(client.Options{HostPort: testenv.FreeAddr(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	logger := slog.New(slog.DiscardHandler)
+	down := &inbound.Backend{Store: st, Temporal: dead, Tags: tags, BounceHost: "bounces.example", Retention: time.Hour, Logger: logger}
+	addr := serve(t, down)
+
+	msg := "From: fbl@isp.example\r\nTo: fbl@bounces.example\r\nSubject: report\r\n\r\nbody\r\n"
+	if err := smtp.SendMail(addr, nil, "fbl@isp.example", []string{"fbl@bounces.example"}, []byte(msg)); err != nil {
+		t.Fatalf("with Temporal down: %v", err)
+	}
+	rows, err := st.UnhandledInboundBefore(context.Background(), time.Now().Add(time.Minute), 10)
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("stored %v, %v", rows, err)
+	}
+
+	tc, err := client.Dial(client.Options{HostPort: testenv.Temporal(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	up := &inbound.Backend{Store: st, Temporal: tc, Tags: tags, BounceHost: "bounces.example", Retention: time.Hour, Logger: logger}
+	// Not yet old enough: the sweep leaves messages of the last minute to
+	// the start that follows their 250.
+	if err := up.SweepOnce(context.Background(), time.Now().Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tc.DescribeWorkflowExecution(context.Background(), inboundwf.WorkflowID(rows[0].ID), ""); err == nil {
+		t.Fatal("the sweep started a message of the last minute")
+	}
+	for range 2 { // twice: a second start of the same message is harmless
+		if err := up.SweepOnce(context.Background(), time.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tc.DescribeWorkflowExecution(context.Background(), inboundwf.WorkflowID(rows[0].ID), ""); err != nil {
+		t.Fatalf("the sweep did not start the message's workflow: %v", err)
+	}
+	var m store.InboundMessage
+	if err := st.DB.NewSelect().Model(&m).Where("id = ?", rows[0].ID).Scan(context.Background()); err != nil || string(m.Raw) != msg {
+		t.Fatalf("stored bytes %q, %v", m.Raw, err)
+	}
+}
