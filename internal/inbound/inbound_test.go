@@ -24,7 +24,9 @@ func serve(t *testing.T, b *inbound.Backend) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- b.Serve(ctx, inbound.Listener{Addr: "127.0.0.1:0", SweepEvery: time.Hour}, func(a string) { ready <- a }) }()
+	go func() {
+		done <- b.Serve(ctx, inbound.Listener{Addr: "127.0.0.1:0", SweepEvery: time.Hour}, func(a string) { ready <- a })
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
