@@ -17,6 +17,7 @@ import (
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/platformevents"
+	"github.com/mailyard/mailyard/internal/ratelimit"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/verification"
@@ -55,7 +56,7 @@ type Server struct {
 	logger   *slog.Logger
 	usage    *usageRecorder
 	// limits is the per-key rate limiter; nil when MAILYARD_RATE_LIMIT is off.
-	limits *rateLimiter
+	limits *ratelimit.Limiter
 
 	// box seals and opens webhook signing secrets and stored idempotent
 	// answers; nil without an encryption key.
@@ -79,7 +80,7 @@ type Server struct {
 // New builds the API and registers every operation.
 func New(d Deps) *Server {
 	installErrorModel(d.Logger)
-	s := &Server{cfg: d.Config, store: d.Store, temporal: d.Temporal, logger: d.Logger, usage: newUsageRecorder(d.Store, d.Logger), limits: newRateLimiter(d.Config.RateLimit)}
+	s := &Server{cfg: d.Config, store: d.Store, temporal: d.Temporal, logger: d.Logger, usage: newUsageRecorder(d.Store, d.Logger), limits: ratelimit.New(d.Config.RateLimit)}
 	if len(d.Config.EncryptionKey) > 0 {
 		// The configuration checked the key's length, the only way New fails.
 		s.box, _ = secrets.New(d.Config.EncryptionKey)
