@@ -8,7 +8,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/store"
 )
 
@@ -97,12 +97,11 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		fail(unauthorizedError("missing bearer API key in the Authorization header"))
 		return
 	}
-	// The checksum rejects mistyped or made-up keys without touching the database.
-	if keys.CheckAPIKey(token) != nil {
+	key, err := keyauth.Check(ctx.Context(), s.store, token)
+	if errors.Is(err, keyauth.ErrMalformed) {
 		fail(unauthorizedError("malformed API key"))
 		return
 	}
-	key, err := s.store.ActiveAPIKeyByDigest(ctx.Context(), keys.Digest(token))
 	if errors.Is(err, store.ErrNotFound) {
 		fail(unauthorizedError("unknown or revoked API key"))
 		return

@@ -10,8 +10,6 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 
 	"github.com/mailyard/mailyard/internal/apperr"
 	"github.com/mailyard/mailyard/internal/eventtype"
@@ -251,22 +249,10 @@ func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[Q
 // startEmail starts the email's workflow with the schedule and retention in
 // force now, so that changing a default never changes an email on its way.
 func (s *Server) startEmail(ctx context.Context, e *store.Email) error {
-	schedule := s.emailSchedule
-	if len(schedule) == 0 {
-		schedule = email.DefaultSchedule
-	}
 	ctx, cancel := context.WithTimeout(ctx, startEmailTimeout)
 	defer cancel()
 	owner := searchattr.Owner{OrganizationID: e.OrganizationID, DomainID: e.DomainID}
-	opts := client.StartWorkflowOptions{
-		ID: email.WorkflowID(e.ID), TaskQueue: email.TaskQueue,
-		TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("email " + e.ID),
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}
-	_, err := s.temporal.ExecuteWorkflow(ctx, opts, email.WorkflowName,
-		email.Input{EmailID: e.ID, Schedule: schedule, Retention: s.cfg.EmailRetention})
-	return err
+	return email.Start(ctx, s.temporal, e.ID, owner, s.emailSchedule, s.cfg.EmailRetention)
 }
 
 // addressStrings shows addresses as the client wrote them, "Name <addr>"

@@ -59,7 +59,7 @@ func insertAPIKey(ctx context.Context, db bun.IDB, key *APIKey) error {
 func (s *Store) ActiveAPIKeyByDigest(ctx context.Context, digest []byte) (*APIKey, error) {
 	key := new(APIKey)
 	err := s.DB.NewSelect().Model(key).
-		Column("id", "organization_id", "sending_domain_id", "permissions", "last_used_at").
+		Column("id", "organization_id", "sending_domain_id", "username", "permissions", "last_used_at").
 		Where("digest = ?", digest).Where("status = ?", KeyActive).
 		Scan(ctx)
 	return key, notFound(err, "credential")

@@ -10,7 +10,15 @@
 // where the activities read them (docs/sending.md).
 package email
 
-import "time"
+import (
+	"context"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/mailyard/mailyard/internal/searchattr"
+)
 
 // TaskQueue is where email workflows and their activities run.
 const TaskQueue = "mailyard-emails"
@@ -54,6 +62,24 @@ type Input struct {
 	EmailID   string          `json:"email_id"`
 	Schedule  []time.Duration `json:"schedule"`
 	Retention time.Duration   `json:"retention"`
+}
+
+// Start starts the workflow of a stored email, with the owner's search
+// attributes; every way of sending (the API, SMTP submission, the sweep of
+// emails whose start failed) starts it here. A second start of the same
+// email is the same run. An empty schedule takes DefaultSchedule.
+func Start(ctx context.Context, tc client.Client, emailID string, owner searchattr.Owner, schedule []time.Duration, retention time.Duration) error {
+	if len(schedule) == 0 {
+		schedule = DefaultSchedule
+	}
+	opts := client.StartWorkflowOptions{
+		ID: WorkflowID(emailID), TaskQueue: TaskQueue,
+		TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("email " + emailID),
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}
+	_, err := tc.ExecuteWorkflow(ctx, opts, WorkflowName, Input{EmailID: emailID, Schedule: schedule, Retention: retention})
+	return err
 }
 
 // PrepareInput asks the first step to build, sign and store the message.
