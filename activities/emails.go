@@ -129,13 +129,9 @@ func (a *Emails) Prepare(ctx context.Context, in email.PrepareInput) (email.Prep
 // active DKIM key. The stored bytes are what every attempt sends; a run
 // retried after a crash keeps what the first run stored.
 func (a *Emails) buildAndSign(ctx context.Context, e *store.Email, d *store.Domain) error {
-	var msg mailmsg.Message
-	if err := json.Unmarshal(e.Content, &msg); err != nil {
-		return fmt.Errorf("email %s: stored content: %w", e.ID, err)
-	}
-	raw, err := mailmsg.Build(&msg, e.ID, d.Domain, e.CreatedAt)
+	raw, err := buildMessage(e, d)
 	if err != nil {
-		return fmt.Errorf("email %s: build: %w", e.ID, err)
+		return err
 	}
 	key, err := a.Store.DKIMKeyInState(ctx, d.ID, store.DKIMActive)
 	if err != nil {
@@ -152,6 +148,23 @@ func (a *Emails) buildAndSign(ctx context.Context, e *store.Email, d *store.Doma
 	stored, err := a.Store.SaveSignedMessage(ctx, e.ID, signed, key.Selector)
 	e.SignedMessage = stored
 	return err
+}
+
+// buildMessage is the message of an email before signing: built from the
+// API request, or as submitted over SMTP (prepared when it was accepted).
+func buildMessage(e *store.Email, d *store.Domain) ([]byte, error) {
+	if e.Source == store.SourceSMTP {
+		return e.Content, nil
+	}
+	var msg mailmsg.Message
+	if err := json.Unmarshal(e.Content, &msg); err != nil {
+		return nil, fmt.Errorf("email %s: stored content: %w", e.ID, err)
+	}
+	raw, err := mailmsg.Build(&msg, e.ID, d.Domain, e.CreatedAt)
+	if err != nil {
+		return nil, fmt.Errorf("email %s: build: %w", e.ID, err)
+	}
+	return raw, nil
 }
 
 func (a *Emails) openKey(k *store.DKIMKey) (crypto.Signer, error) {

@@ -93,14 +93,17 @@ type EmailRecipient struct {
 
 // Email is an email as Get email and List emails show it.
 type Email struct {
-	ID         string           `json:"id" format:"uuid"`
-	From       string           `json:"from"`
-	To         []string         `json:"to"`
-	Cc         []string         `json:"cc"`
-	Subject    string           `json:"subject"`
-	Status     string           `json:"status" enum:"queued,sent" doc:"queued until every recipient is delivered, bounced or suppressed, then sent."`
-	CreatedAt  time.Time        `json:"created_at"`
-	Recipients []EmailRecipient `json:"recipients"`
+	ID      string   `json:"id" format:"uuid"`
+	From    string   `json:"from"`
+	To      []string `json:"to"`
+	Cc      []string `json:"cc"`
+	Subject string   `json:"subject"`
+	Status  string   `json:"status" enum:"queued,sent" doc:"queued until every recipient is delivered, bounced or suppressed, then sent."`
+	Source  string   `json:"source" enum:"api,batch,smtp" doc:"How the email came in: this API, a batch, or SMTP submission."`
+	// MessageIDHeader is shown for SMTP emails, which keep the client's.
+	MessageIDHeader *string          `json:"message_id_header,omitempty" doc:"The Message-ID field of an email submitted over SMTP (the client's, when it wrote one)."`
+	CreatedAt       time.Time        `json:"created_at"`
+	Recipients      []EmailRecipient `json:"recipients"`
 }
 
 // EmailData is the data of Get email.
@@ -126,7 +129,8 @@ type ListEmailsInput struct {
 
 func emailFromStore(e *store.Email, recipients []store.EmailRecipient) Email {
 	out := Email{ID: e.ID, From: e.FromAddress, To: nonNil(e.To), Cc: nonNil(e.Cc), Subject: e.Subject,
-		Status: e.Status, CreatedAt: e.CreatedAt.UTC(), Recipients: make([]EmailRecipient, 0, len(recipients))}
+		Status: e.Status, Source: e.Source, MessageIDHeader: e.MessageIDHeader,
+		CreatedAt: e.CreatedAt.UTC(), Recipients: make([]EmailRecipient, 0, len(recipients))}
 	for _, r := range recipients {
 		out.Recipients = append(out.Recipients, EmailRecipient{
 			Email: r.Address, Status: r.Status, Attempts: r.Attempts, LastResponse: r.LastResponse, UpdatedAt: r.UpdatedAt.UTC(),

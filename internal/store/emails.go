@@ -10,6 +10,13 @@ import (
 	"github.com/uptrace/bun"
 )
 
+// Sources of emails: how they came in.
+const (
+	SourceAPI   = "api"
+	SourceBatch = "batch"
+	SourceSMTP  = "smtp"
+)
+
 // Email statuses (docs/sending.md): queued until every recipient is final.
 const (
 	EmailQueued = "queued"
@@ -44,8 +51,15 @@ type Email struct {
 	To      AddressList `bun:"to_addresses,notnull"`
 	Cc      AddressList `bun:"cc_addresses,notnull"`
 	Subject string      `bun:"subject,notnull"`
-	// Content is the validated request as JSON (nil once erased).
+	// Source is how the email came in (SourceAPI, SourceBatch, SourceSMTP).
+	Source string `bun:"source,notnull"`
+	// Content is the validated request as JSON or, for SourceSMTP, the
+	// message as submitted (nil once erased).
 	Content []byte `bun:"content"`
+	// MessageIDHeader is the Message-ID field of a submitted message (the
+	// client's when it wrote one); nil for API emails, whose Message-ID is
+	// <id@domain>.
+	MessageIDHeader *string `bun:"message_id_header"`
 	// SignedMessage is the DKIM-signed message every attempt sends (nil
 	// until the first delivery step builds it, and once erased).
 	SignedMessage []byte  `bun:"signed_message"`
@@ -118,6 +132,9 @@ func (r *EmailRecipient) Final() bool {
 func (s *Store) CreateEmail(ctx context.Context, e *Email, recipients []string) error {
 	at := now()
 	e.CreatedAt, e.Status, e.Answered = at, EmailQueued, hasCommitHook(ctx)
+	if e.Source == "" {
+		e.Source = SourceAPI
+	}
 	rows := make([]EmailRecipient, len(recipients))
 	for i, addr := range recipients {
 		rows[i] = EmailRecipient{EmailID: e.ID, Position: i, Address: addr, Status: RecipientQueued, UpdatedAt: at}

@@ -1,0 +1,124 @@
+package mailmsg
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"mime"
+	"net/mail"
+	"net/textproto"
+	"strings"
+	"time"
+)
+
+// Submitted is what Mailyard reads of a message an application hands over
+// by SMTP (docs/submission.md): the addresses and subject shown by the
+// API, and the Message-ID it carries.
+type Submitted struct {
+	From    mail.Address
+	To, Cc  []string
+	Subject string
+	// MessageID is the Message-ID field as the message carries it (the
+	// client's, or the one Mailyard added).
+	MessageID string
+	// ClientMessageID says whether the client wrote it.
+	ClientMessageID bool
+}
+
+// Problems of a submitted message; the SMTP server answers each with its
+// own reply (docs/submission.md).
+var (
+	ErrNoHeader    = errors.New("the message has no header section")
+	ErrFromMissing = errors.New("the message must have exactly one From address")
+	ErrFromDomain  = errors.New("the From address is not at the credential's domain")
+	ErrNonASCII    = errors.New("8-bit header fields need SMTPUTF8")
+)
+
+// PrepareSubmitted takes a message as its sender wrote it and returns the
+// bytes Mailyard signs and sends: the same header fields and body bytes,
+// with any Bcc field removed and Date and Message-ID (<emailID@domain>)
+// added at the top when missing. The From address must be at domain or a
+// subdomain of it. utf8 says whether the client declared SMTPUTF8; without
+// it, header fields must be ASCII.
+func PrepareSubmitted(raw []byte, emailID, domain string, now time.Time, utf8 bool) ([]byte, Submitted, error) {
+	var info Submitted
+	end := bytes.Index(raw, []byte("\r\n\r\n"))
+	if end < 0 {
+		if !bytes.HasSuffix(raw, []byte("\r\n")) {
+			return nil, info, ErrNoHeader
+		}
+		end = len(raw) - 2 // a message with no body
+	}
+	head := raw[:end+2]
+	if !utf8 && !isASCII(string(head)) {
+		return nil, info, ErrNonASCII
+	}
+	h, err := textproto.NewReader(bufio.NewReader(bytes.NewReader(append(head[:len(head):len(head)], '\r', '\n')))).ReadMIMEHeader()
+	if err != nil {
+		return nil, info, fmt.Errorf("the message header cannot be read: %w", err)
+	}
+	mh := mail.Header(h)
+	froms, err := mh.AddressList("From")
+	if err != nil || len(froms) != 1 {
+		return nil, info, ErrFromMissing
+	}
+	info.From = *froms[0]
+	if !underDomain(strings.ToLower(domainOf(info.From.Address)), domain) {
+		return nil, info, ErrFromDomain
+	}
+	for _, f := range []struct {
+		name string
+		dst  *[]string
+	}{{"To", &info.To}, {"Cc", &info.Cc}} {
+		list, _ := mh.AddressList(f.name)
+		for _, a := range list {
+			*f.dst = append(*f.dst, displayAddress(*a))
+		}
+	}
+	info.Subject = mh.Get("Subject")
+	if dec, err := new(mime.WordDecoder).DecodeHeader(info.Subject); err == nil {
+		info.Subject = dec
+	}
+
+	var added bytes.Buffer
+	if mh.Get("Date") == "" {
+		added.WriteString("Date: " + now.UTC().Format(time.RFC1123Z) + "\r\n")
+	}
+	info.MessageID = strings.TrimSpace(mh.Get("Message-ID"))
+	info.ClientMessageID = info.MessageID != ""
+	if !info.ClientMessageID {
+		info.MessageID = "<" + emailID + "@" + domain + ">"
+		added.WriteString("Message-ID: " + info.MessageID + "\r\n")
+	}
+	out := make([]byte, 0, len(raw)+added.Len())
+	out = append(out, added.Bytes()...)
+	out = append(out, withoutField(head, "Bcc")...)
+	out = append(out, raw[len(head):]...)
+	return out, info, nil
+}
+
+// withoutField returns a header section without the fields called name
+// (with their continuation lines); every other byte is kept as it was.
+func withoutField(head []byte, name string) []byte {
+	var out []byte
+	skipping := false
+	for line := range bytes.Lines(head) {
+		folded := len(line) > 0 && (line[0] == ' ' || line[0] == '\t')
+		if !folded {
+			field, _, ok := bytes.Cut(line, []byte(":"))
+			skipping = ok && strings.EqualFold(strings.TrimSpace(string(field)), name)
+		}
+		if !skipping {
+			out = append(out, line...)
+		}
+	}
+	return out
+}
+
+func displayAddress(a mail.Address) string {
+	if a.Name == "" {
+		return a.Address
+	}
+	return a.Name + " <" + a.Address + ">"
+}
