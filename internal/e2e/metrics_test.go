@@ -95,6 +95,7 @@ func TestEveryProcessServesMetrics(t *testing.T) {
 
 // The worker counts each recipient's outcome, the SMTP attempt and the
 // outcome webhooks' POSTs; dns counts the DKIM key look-ups of a receiver.
+// Then the metrics of deploy/'s alerts and dashboard are all exported.
 func TestSendingMetrics(t *testing.T) {
 	mx := startMX(t)
 	s := startStack(t, append(mx.env(),
@@ -147,4 +148,8 @@ func TestSendingMetrics(t *testing.T) {
 		t.Errorf("dns: the look-up added %v TXT answers, want 1", got)
 	}
 	testenv.CheckMetrics(t, []byte(dnsScrape))
+
+	// Every family the alerts and the dashboard of deploy/ use exists by now:
+	// an email sent, webhooks delivered, a domain verified, a DKIM look-up.
+	checkMonitoringMetrics(t, s.scrapeAll())
 }
