@@ -42,6 +42,10 @@ var devDefaults = map[string]string{
 	// The bounce host's SMTP server, where the sink's bounces and
 	// complaints arrive (docs/inbound.md).
 	"MAILYARD_INBOUND_ADDR": "127.0.0.1:2526",
+	// SMTP submission for applications; AUTH without TLS, on loopback only
+	// (cmdDev refuses it elsewhere).
+	"MAILYARD_SUBMISSION_ADDR":                "127.0.0.1:1587",
+	"MAILYARD_SUBMISSION_ALLOW_INSECURE_AUTH": "true",
 }
 
 // isLoopback reports whether addr is host:port on a loopback address.
@@ -89,6 +93,9 @@ func cmdDev(ctx context.Context, logger *slog.Logger) error {
 	}, config.Need{Database: true, EncryptionKey: true, InternalToken: true})
 	if err != nil {
 		return err
+	}
+	if cfg.Submission.AllowInsecureAuth && !isLoopback(cfg.Submission.Addr) {
+		return fmt.Errorf("MAILYARD_SUBMISSION_ALLOW_INSECURE_AUTH: dev allows AUTH without TLS on loopback only, not on %s", cfg.Submission.Addr)
 	}
 	if os.Getenv("MAILYARD_DNS_RESOLVER") == "" && cfg.DNSPublisher == "embedded" {
 		// Verification asks the dev DNS server, which answers for .test domains.
@@ -157,11 +164,12 @@ Mailyard is running on its embedded defaults (Ctrl-C stops everything):
   DKIM zone    %s on %s (udp and tcp)
   sent mail    %s/<email_id>.eml (SMTP on %s)
   bounce host  %s (SMTP; bounces and complaints arrive here)
+  submission   %s (SMTP AUTH with a credential's username and key)
   admin key    %s   (also in .data/admin-key)
 
   curl -H "Authorization: Bearer $(cat .data/admin-key)" http://%s/api/v1/domains
 
-`, cfg.HTTPAddr, cfg.HTTPAddr, temporal.UIURL, cfg.DKIMHost, cfg.DNSAddr, mailDir, sink.Addr(), cfg.InboundAddr, adminKey, cfg.HTTPAddr)
+`, cfg.HTTPAddr, cfg.HTTPAddr, temporal.UIURL, cfg.DKIMHost, cfg.DNSAddr, mailDir, sink.Addr(), cfg.InboundAddr, cfg.Submission.Addr, adminKey, cfg.HTTPAddr)
 
 	g, gctx := errgroup.WithContext(ctx)
 	// The API and the workers share tc: a delivery workflow the API starts
@@ -170,6 +178,7 @@ Mailyard is running on its embedded defaults (Ctrl-C stops everything):
 	g.Go(func() error { return serveAPIWith(gctx, cfg, st, tc, logger, true) })
 	g.Go(func() error { return runWorker(gctx, cfg, st, tc, logger) })
 	g.Go(func() error { return serveInbound(gctx, cfg, st, tc, logger, inbound.Listener{Addr: cfg.InboundAddr}) })
+	g.Go(func() error { return serveSubmission(gctx, cfg, st, tc, logger) })
 	if cfg.DNSPublisher == "embedded" {
 		dns := newDNSServer(cfg, st, logger).WithDevDomains(devRecords{st})
 		g.Go(func() error { return dns.ListenAndServe(gctx, cfg.DNSAddr) })

@@ -18,6 +18,7 @@ Usage:
   mailyard worker              run the Temporal workers
   mailyard dns                 run the authoritative DNS server for the DKIM zone
   mailyard inbound             run the SMTP server at the bounce host (bounces, complaints)
+  mailyard submission          run SMTP submission for applications (AUTH with a credential)
   mailyard migrate [up|status] apply or list database migrations
   mailyard org create NAME     create an organization and print its admin key once
   mailyard events emit ...     send one email event to the internal ingest endpoint
@@ -53,6 +54,8 @@ func run(ctx context.Context, logger *slog.Logger, args []string) error {
 		return cmdDNS(ctx, logger)
 	case "inbound":
 		return cmdInbound(ctx, logger)
+	case "submission":
+		return cmdSubmission(ctx, logger)
 	case "migrate":
 		return cmdMigrate(ctx, args[1:])
 	case "org":

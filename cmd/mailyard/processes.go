@@ -18,8 +18,11 @@ import (
 	"github.com/mailyard/mailyard/internal/dnsserver"
 	"github.com/mailyard/mailyard/internal/inbound"
 	"github.com/mailyard/mailyard/internal/metrics"
+	"github.com/mailyard/mailyard/internal/ratelimit"
 	"github.com/mailyard/mailyard/internal/secrets"
+	"github.com/mailyard/mailyard/internal/smtpserver"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/submission"
 	"github.com/mailyard/mailyard/internal/temporalclient"
 	"github.com/mailyard/mailyard/internal/verification"
 	"github.com/mailyard/mailyard/worker"
@@ -236,4 +239,28 @@ func serveInbound(ctx context.Context, cfg *config.Config, st *store.Store, tc c
 	l.Server.TLSCertFile, l.Server.TLSKeyFile = cfg.SMTPServer.TLSCertFile, cfg.SMTPServer.TLSKeyFile
 	l.Server.MaxConnections = cfg.SMTPServer.MaxConnections
 	return b.Serve(ctx, l, nil)
+}
+
+func cmdSubmission(ctx context.Context, logger *slog.Logger) error {
+	return withStoreAndTemporal(ctx, logger, "submission", config.NeedSubmission,
+		func(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger) error {
+			return withMetricsListener(ctx, cfg, logger, func(ctx context.Context) error {
+				return serveSubmission(ctx, cfg, st, tc, logger)
+			})
+		})
+}
+
+// serveSubmission runs SMTP submission until ctx ends.
+func serveSubmission(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger) error {
+	b := &submission.Backend{
+		Store: st, Temporal: tc, Limits: ratelimit.New(cfg.RateLimit), AllowInsecureAuth: cfg.Submission.AllowInsecureAuth,
+		Retention: cfg.EmailRetention, Logger: logger.With("component", "submission"),
+	}
+	return b.Serve(ctx, submission.Listener{
+		Addr: cfg.Submission.Addr, TLSAddr: cfg.Submission.TLSAddr,
+		Server: smtpserver.Config{
+			Hostname: cfg.SMTP.HELO, TLSCertFile: cfg.SMTPServer.TLSCertFile, TLSKeyFile: cfg.SMTPServer.TLSKeyFile,
+			MaxConnections: cfg.SMTPServer.MaxConnections,
+		},
+	}, nil)
 }

@@ -70,6 +70,8 @@ type Config struct {
 	// SMTPServer holds the rules shared by Mailyard's SMTP servers
 	// (docs/smtp.md).
 	SMTPServer SMTPServer
+	// Submission is where `mailyard submission` listens (docs/submission.md).
+	Submission Submission
 
 	// VerifySchedule is how often the onboarding workflow checks DNS; empty means
 	// the workflow's default. Plain data: the API turns it into the workflow's input,
@@ -154,6 +156,14 @@ type SMTPServer struct {
 	TLSCertFile, TLSKeyFile string
 	// MaxConnections caps open connections per process.
 	MaxConnections int
+}
+
+// Submission is the configuration of `mailyard submission`.
+type Submission struct {
+	// Addr serves SMTP with STARTTLS; TLSAddr, when set, implicit TLS.
+	Addr, TLSAddr string
+	// AllowInsecureAuth offers AUTH without TLS (tests, dev on loopback).
+	AllowInsecureAuth bool
 }
 
 // load checks the SMTP settings and reads the port.
@@ -262,7 +272,9 @@ var (
 	NeedWorker  = Need{Database: true, EncryptionKey: true}
 	NeedDNS     = Need{Database: true}
 	NeedInbound = Need{Database: true, EncryptionKey: true}
-	NeedMigrate = Need{Database: true}
+	// Submission reads keys by digest and stores emails; it decrypts nothing.
+	NeedSubmission = Need{Database: true}
+	NeedMigrate    = Need{Database: true}
 )
 
 // Required lists the variables that have no default and that n requires.
@@ -340,6 +352,9 @@ var variables = []variable{
 	{"MAILYARD_SMTP_TLS_CERT", func(c *Config) string { return c.SMTPServer.TLSCertFile }},
 	{"MAILYARD_SMTP_TLS_KEY", func(c *Config) string { return c.SMTPServer.TLSKeyFile }},
 	{"MAILYARD_SMTP_MAX_CONNECTIONS", func(c *Config) string { return strconv.Itoa(c.SMTPServer.MaxConnections) }},
+	{"MAILYARD_SUBMISSION_ADDR", func(c *Config) string { return c.Submission.Addr }},
+	{"MAILYARD_SUBMISSION_TLS_ADDR", func(c *Config) string { return c.Submission.TLSAddr }},
+	{"MAILYARD_SUBMISSION_ALLOW_INSECURE_AUTH", func(c *Config) string { return strconv.FormatBool(c.Submission.AllowInsecureAuth) }},
 }
 
 // maskTSIG keeps the key's name and algorithm, which an operator needs to match
@@ -467,6 +482,14 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 	if (c.SMTPServer.TLSCertFile == "") != (c.SMTPServer.TLSKeyFile == "") {
 		errs = append(errs, errors.New("MAILYARD_SMTP_TLS_CERT and MAILYARD_SMTP_TLS_KEY: set both or neither"))
 	}
+	c.Submission.Addr = addr("MAILYARD_SUBMISSION_ADDR", ":587")
+	if c.Submission.TLSAddr = str("MAILYARD_SUBMISSION_TLS_ADDR", ""); c.Submission.TLSAddr != "" {
+		c.Submission.TLSAddr = addr("MAILYARD_SUBMISSION_TLS_ADDR", "")
+		if c.SMTPServer.TLSCertFile == "" {
+			errs = append(errs, errors.New("MAILYARD_SUBMISSION_TLS_ADDR: implicit TLS needs MAILYARD_SMTP_TLS_CERT and MAILYARD_SMTP_TLS_KEY"))
+		}
+	}
+	c.Submission.AllowInsecureAuth = boolean("MAILYARD_SUBMISSION_ALLOW_INSECURE_AUTH", false)
 	maxConns := str("MAILYARD_SMTP_MAX_CONNECTIONS", "500")
 	if n, err := strconv.Atoi(maxConns); err != nil || n < 1 || n > 100000 {
 		errs = append(errs, fmt.Errorf("MAILYARD_SMTP_MAX_CONNECTIONS: %q is not a number from 1 to 100000", maxConns))

@@ -18,6 +18,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/emersion/go-smtp"
@@ -185,12 +186,36 @@ type slotConn struct {
 	net.Conn
 	slots chan struct{}
 	once  sync.Once
+	// closeAfterWrite closes the connection once the next write is done.
+	closeAfterWrite atomic.Bool
+}
+
+func (c *slotConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if c.closeAfterWrite.Load() {
+		_ = c.Close()
+	}
+	return n, err
 }
 
 func (c *slotConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() { <-c.slots })
 	return err
+}
+
+// CloseAfterReply closes a session's connection as soon as the reply being
+// prepared has been written: a session ends a connection (after three
+// failed AUTHs) with a 421 the client still reads. go-smtp writes each
+// reply in one write, through TLS too.
+func CloseAfterReply(c *smtp.Conn) {
+	nc := c.Conn()
+	if t, ok := nc.(*tls.Conn); ok {
+		nc = t.NetConn()
+	}
+	if sc, ok := nc.(*slotConn); ok {
+		sc.closeAfterWrite.Store(true)
+	}
 }
 
 // ReadMessage reads a message's data (DATA or BDAT) whole and refuses it

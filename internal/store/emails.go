@@ -131,7 +131,9 @@ func (r *EmailRecipient) Final() bool {
 // transaction, with the commit hook of ctx (WithCommitHook), if any.
 func (s *Store) CreateEmail(ctx context.Context, e *Email, recipients []string) error {
 	at := now()
-	e.CreatedAt, e.Status, e.Answered = at, EmailQueued, hasCommitHook(ctx)
+	// Answered may be set by the caller: SMTP submission answers with the
+	// id right after this commits.
+	e.CreatedAt, e.Status, e.Answered = at, EmailQueued, e.Answered || hasCommitHook(ctx)
 	if e.Source == "" {
 		e.Source = SourceAPI
 	}
