@@ -304,4 +304,3 @@ func (l *loginServer) Next(response []byte) ([]byte, bool, error) {
 		return nil, true, l.auth(l.username, string(response))
 	}
 }
-
