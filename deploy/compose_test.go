@@ -113,7 +113,7 @@ func checkCompose(data []byte) []error {
 			errs = append(errs, fmt.Errorf("top-level key %q is not services, volumes or an x- extension", k))
 		}
 	}
-	for _, want := range []string{"postgres", "temporal", "migrate", "temporal-setup", "api", "worker", "dns", "inbound"} {
+	for _, want := range []string{"postgres", "temporal", "migrate", "temporal-setup", "api", "worker", "dns", "inbound", "submission"} {
 		if _, ok := f.Services[want]; !ok {
 			errs = append(errs, fmt.Errorf("no %s service", want))
 		}
@@ -172,7 +172,7 @@ func checkCompose(data []byte) []error {
 				errs = append(errs, fmt.Errorf("%s: stop_grace_period %q is not longer than mailyard worker may take to stop, %s (worker.StopTimeout)", where, s.StopGracePeriod, worker.StopTimeout))
 			}
 		}
-		if (process == "api" || process == "worker" || process == "dns" || process == "inbound") && s.DependsOn["migrate"] != "service_completed_successfully" {
+		if (process == "api" || process == "worker" || process == "dns" || process == "inbound" || process == "submission") && s.DependsOn["migrate"] != "service_completed_successfully" {
 			errs = append(errs, fmt.Errorf("%s: must wait for migrate to complete (depends_on condition service_completed_successfully): it refuses a schema that is behind", where))
 		}
 		// The addresses name services of this file.
@@ -191,6 +191,11 @@ func checkCompose(data []byte) []error {
 			listens = []string{port(cfg.DNSAddr) + "/udp", port(cfg.DNSAddr) + "/tcp"}
 		case "inbound":
 			listens = []string{port(cfg.InboundAddr) + "/tcp"}
+		case "submission":
+			listens = []string{port(cfg.Submission.Addr) + "/tcp"}
+			if cfg.Submission.TLSAddr != "" {
+				listens = append(listens, port(cfg.Submission.TLSAddr)+"/tcp")
+			}
 		}
 		var published []string
 		for _, p := range s.Ports {

@@ -201,8 +201,13 @@ func checkContainer(where string, c corev1.Container, configMaps map[string]map[
 		listens = map[string]string{"dns-udp": port(cfg.DNSAddr), "dns-tcp": port(cfg.DNSAddr)}
 	case "inbound":
 		listens = map[string]string{"smtp": port(cfg.InboundAddr)}
+	case "submission":
+		listens = map[string]string{"submission": port(cfg.Submission.Addr)}
+		if cfg.Submission.TLSAddr != "" {
+			listens["submissions"] = port(cfg.Submission.TLSAddr)
+		}
 	}
-	if cfg.MetricsAddr != "" && (c.Args[0] == "worker" || c.Args[0] == "dns" || c.Args[0] == "inbound") {
+	if cfg.MetricsAddr != "" && (c.Args[0] == "worker" || c.Args[0] == "dns" || c.Args[0] == "inbound" || c.Args[0] == "submission") {
 		listens["metrics"] = port(cfg.MetricsAddr)
 	}
 	for _, p := range c.Ports {
@@ -335,7 +340,7 @@ func TestKubernetesManifests(t *testing.T) {
 			deployed[strings.Join(c.Args, " ")] = true
 		}
 	}
-	for _, want := range []string{"api", "worker", "dns", "inbound", "migrate up", "temporal setup"} {
+	for _, want := range []string{"api", "worker", "dns", "inbound", "submission", "migrate up", "temporal setup"} {
 		if !deployed[want] {
 			t.Errorf("no container runs mailyard %s", want)
 		}

@@ -12,11 +12,12 @@ import (
 
 // needOf is what each process of the deploy files requires, by its subcommand.
 var needOf = map[string]config.Need{
-	"api":     config.NeedAPI,
-	"worker":  config.NeedWorker,
-	"dns":     config.NeedDNS,
-	"inbound": config.NeedInbound,
-	"migrate": config.NeedMigrate,
+	"api":        config.NeedAPI,
+	"worker":     config.NeedWorker,
+	"dns":        config.NeedDNS,
+	"inbound":    config.NeedInbound,
+	"submission": config.NeedSubmission,
+	"migrate":    config.NeedMigrate,
 	// `mailyard temporal setup` only talks to Temporal.
 	"temporal": {},
 }
@@ -24,7 +25,7 @@ var needOf = map[string]config.Need{
 // startsWorkflows are the processes that start workflows, which the Temporal
 // server refuses until `mailyard temporal setup` has registered the namespace
 // and the search attributes: the deploy files run setup before them.
-var startsWorkflows = []string{"api", "worker", "inbound"}
+var startsWorkflows = []string{"api", "worker", "inbound", "submission"}
 
 // secretSamples stand in for values that live in a Secret or .env, shaped so the
 // configuration accepts them: the checks prove names and shapes, never real secrets.
@@ -41,11 +42,11 @@ var secretSamples = map[string]string{
 // failure) and the problems, each prefixed with where.
 func checkProcess(where string, args []string, env map[string]string) (*config.Config, []error) {
 	if len(args) == 0 {
-		return nil, []error{fmt.Errorf("%s: no subcommand (api, worker, dns, inbound, migrate up or temporal setup)", where)}
+		return nil, []error{fmt.Errorf("%s: no subcommand (api, worker, dns, inbound, submission, migrate up or temporal setup)", where)}
 	}
 	need, ok := needOf[args[0]]
 	if !ok {
-		return nil, []error{fmt.Errorf("%s: %q is not a process of the mailyard binary (api, worker, dns, inbound, migrate, temporal)", where, args[0])}
+		return nil, []error{fmt.Errorf("%s: %q is not a process of the mailyard binary (api, worker, dns, inbound, submission, migrate, temporal)", where, args[0])}
 	}
 	if args[0] == "migrate" && !slices.Equal(args, []string{"migrate", "up"}) {
 		return nil, []error{fmt.Errorf("%s: the migration step runs %q, want migrate up", where, args)}
