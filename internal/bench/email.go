@@ -209,6 +209,9 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "latency, %d emails/s for %s, API 202 → SMTP 250:   p50 %4.0f ms (goal < 200)   p90 %4.0f ms   p99 %4.0f ms\n",
 		emailLatencyRate, emailLatencyDuration, ms(percentile(lat, 50)), ms(percentile(lat, 90)), ms(percentile(lat, 99)))
+	if err := measureSubmission(ctx, out, st, tc, "bench@"+emailDomain, sendKey, rcv); err != nil {
+		return err
+	}
 	if n := unsigned.Load(); n > 0 {
 		return fmt.Errorf("%d messages reached the SMTP server without a DKIM signature", n)
 	}
