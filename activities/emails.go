@@ -71,6 +71,10 @@ func (a *Emails) Prepare(ctx context.Context, in email.PrepareInput) (email.Prep
 	if err != nil {
 		return email.PrepareResult{}, err
 	}
+	// A scheduled email's time has come (the workflow waited for it).
+	if err := a.Store.StartSending(ctx, e.ID); err != nil {
+		return email.PrepareResult{}, err
+	}
 	total, err := a.Store.RecipientCount(ctx, e.ID)
 	if err != nil {
 		return email.PrepareResult{}, err
@@ -308,6 +312,16 @@ func keepAlive(ctx context.Context) (stop func()) {
 		}
 	}()
 	return func() { close(done); wg.Wait() }
+}
+
+// Reschedule records a scheduled email's new time.
+func (a *Emails) Reschedule(ctx context.Context, in email.RescheduleActivityInput) error {
+	return a.Store.RescheduleEmail(ctx, in.EmailID, in.ScheduledAt)
+}
+
+// Cancel records that a scheduled email was canceled, and erases it.
+func (a *Emails) Cancel(ctx context.Context, in email.CancelInput) error {
+	return a.Store.CancelEmail(ctx, in.EmailID)
 }
 
 // Erase erases the stored message once the retention time is over.

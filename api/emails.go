@@ -4,12 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/mail"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/mailyard/mailyard/internal/apperr"
 	"github.com/mailyard/mailyard/internal/eventtype"
@@ -54,27 +60,51 @@ type EmailAttachment struct {
 	ContentType string `json:"content_type,omitempty" doc:"MIME type; application/octet-stream when absent." example:"application/pdf"`
 }
 
+// EmailBody is one email to send: the body of Send email, an item of Send
+// emails in a batch.
+type EmailBody struct {
+	From        string            `json:"from" maxLength:"998" doc:"addr or Name <addr>; the domain is the key's domain or a subdomain of it." example:"Acme <billing@example.com>"`
+	To          Addresses         `json:"to"`
+	Cc          Addresses         `json:"cc,omitempty"`
+	Bcc         Addresses         `json:"bcc,omitempty"`
+	ReplyTo     Addresses         `json:"reply_to,omitempty"`
+	Subject     string            `json:"subject" maxLength:"998" doc:"1 to 998 characters, no line breaks." example:"Your invoice"`
+	Text        string            `json:"text,omitempty" doc:"Plain-text body; text, html or both."`
+	HTML        string            `json:"html,omitempty" doc:"HTML body; text, html or both."`
+	Headers     map[string]string `json:"headers,omitempty" doc:"Extra headers: X-… names, List-Unsubscribe, List-Unsubscribe-Post, In-Reply-To, References."`
+	Attachments []EmailAttachment `json:"attachments,omitempty" maxItems:"100"`
+	ScheduledAt string            `json:"scheduled_at,omitempty" maxLength:"64" doc:"Send at this time instead of now: RFC 3339 with a time-zone offset or Z, at most 30 days ahead; up to 5 minutes in the past means now." example:"2026-12-01T09:00:00+01:00"`
+}
+
 // SendEmailInput is the body of Send email.
 type SendEmailInput struct {
-	Body struct {
-		From        string            `json:"from" maxLength:"998" doc:"addr or Name <addr>; the domain is the key's domain or a subdomain of it." example:"Acme <billing@example.com>"`
-		To          Addresses         `json:"to"`
-		Cc          Addresses         `json:"cc,omitempty"`
-		Bcc         Addresses         `json:"bcc,omitempty"`
-		ReplyTo     Addresses         `json:"reply_to,omitempty"`
-		Subject     string            `json:"subject" maxLength:"998" doc:"1 to 998 characters, no line breaks." example:"Your invoice"`
-		Text        string            `json:"text,omitempty" doc:"Plain-text body; text, html or both."`
-		HTML        string            `json:"html,omitempty" doc:"HTML body; text, html or both."`
-		Headers     map[string]string `json:"headers,omitempty" doc:"Extra headers: X-… names, List-Unsubscribe, List-Unsubscribe-Post, In-Reply-To, References."`
-		Attachments []EmailAttachment `json:"attachments,omitempty" maxItems:"100"`
-	}
+	Body EmailBody
+}
+
+// SendEmailBatchInput is the body of Send emails in a batch.
+type SendEmailBatchInput struct {
+	Body []EmailBody `minItems:"1" maxItems:"100"`
 }
 
 // QueuedEmail is data.email of Send email.
 type QueuedEmail struct {
-	ID        string    `json:"id" format:"uuid"`
-	Status    string    `json:"status" enum:"queued"`
-	CreatedAt time.Time `json:"created_at"`
+	ID          string     `json:"id" format:"uuid"`
+	Status      string     `json:"status" enum:"queued,scheduled"`
+	ScheduledAt *time.Time `json:"scheduled_at,omitempty"`
+	CreatedAt   time.Time  `json:"created_at"`
+}
+
+// QueuedEmails is the data of Send emails in a batch.
+type QueuedEmails struct {
+	Emails []QueuedEmail `json:"emails" doc:"One per email of the request, in its order."`
+}
+
+// RescheduleEmailInput moves a scheduled email.
+type RescheduleEmailInput struct {
+	EmailIDInput
+	Body struct {
+		ScheduledAt string `json:"scheduled_at" maxLength:"64" doc:"The new time: RFC 3339 with a time-zone offset or Z, at most 30 days ahead." example:"2026-12-01T09:00:00+01:00"`
+	}
 }
 
 // QueuedEmailData is the data of Send email.
@@ -98,8 +128,10 @@ type Email struct {
 	To      []string `json:"to"`
 	Cc      []string `json:"cc"`
 	Subject string   `json:"subject"`
-	Status  string   `json:"status" enum:"queued,sent" doc:"queued until every recipient is delivered, bounced or suppressed, then sent."`
-	Source  string   `json:"source" enum:"api,batch,smtp" doc:"How the email came in: this API, a batch, or SMTP submission."`
+	Status  string   `json:"status" enum:"scheduled,queued,sent,canceled" doc:"scheduled until its scheduled_at, queued until every recipient is delivered, bounced or suppressed, then sent; canceled if it was canceled while scheduled."`
+	// ScheduledAt is set for scheduled emails.
+	ScheduledAt *time.Time `json:"scheduled_at,omitempty" doc:"When a scheduled email is (or was to be) sent."`
+	Source      string     `json:"source" enum:"api,batch,smtp" doc:"How the email came in: this API, a batch, or SMTP submission."`
 	// MessageIDHeader is shown for SMTP emails, which keep the client's.
 	MessageIDHeader *string          `json:"message_id_header,omitempty" doc:"The Message-ID field of an email submitted over SMTP (the client's, when it wrote one)."`
 	CreatedAt       time.Time        `json:"created_at"`
@@ -129,7 +161,7 @@ type ListEmailsInput struct {
 
 func emailFromStore(e *store.Email, recipients []store.EmailRecipient) Email {
 	out := Email{ID: e.ID, From: e.FromAddress, To: nonNil(e.To), Cc: nonNil(e.Cc), Subject: e.Subject,
-		Status: e.Status, Source: e.Source, MessageIDHeader: e.MessageIDHeader,
+		Status: e.Status, Source: e.Source, MessageIDHeader: e.MessageIDHeader, ScheduledAt: utcPtr(e.ScheduledAt),
 		CreatedAt: e.CreatedAt.UTC(), Recipients: make([]EmailRecipient, 0, len(recipients))}
 	for _, r := range recipients {
 		out.Recipients = append(out.Recipients, EmailRecipient{
@@ -159,6 +191,30 @@ func (s *Server) registerEmails() {
 		Errors:       []int{http.StatusConflict, http.StatusUnprocessableEntity, http.StatusBadRequest, http.StatusRequestEntityTooLarge},
 	}, s.sendEmail)
 	register(s, huma.Operation{
+		OperationID: "send-email-batch", Method: http.MethodPost, Path: "/api/v1/emails/batch", DefaultStatus: http.StatusAccepted,
+		Summary: "Send emails in a batch", Tags: tags,
+		Description: "Queues 1 to 100 emails (each as Send email's body, scheduled_at and attachments included; 10 MiB in all) in one request. " +
+			"Every email is validated first: if any is invalid, none is sent and the 422 names each problem as body[i].field. " +
+			"Otherwise they are stored together and data.emails lists their ids in the order given.",
+		MaxBodyBytes: maxEmailBodyBytes + 1,
+		Metadata:     map[string]any{permissionMetadata: PermissionSend},
+		Errors:       []int{http.StatusConflict, http.StatusUnprocessableEntity, http.StatusBadRequest, http.StatusRequestEntityTooLarge},
+	}, s.sendEmailBatch)
+	register(s, huma.Operation{
+		OperationID: "reschedule-email", Method: http.MethodPatch, Path: "/api/v1/emails/{id}",
+		Summary: "Reschedule email", Tags: tags,
+		Description: "Moves a scheduled email to another time. Once its sending has begun (or for an email that was not scheduled): 409 email_not_scheduled.",
+		Metadata:    map[string]any{permissionMetadata: PermissionSend},
+		Errors:      []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity},
+	}, s.rescheduleEmail)
+	register(s, huma.Operation{
+		OperationID: "cancel-email", Method: http.MethodPost, Path: "/api/v1/emails/{id}/cancel",
+		Summary: "Cancel email", Tags: tags,
+		Description: "Cancels a scheduled email: nothing is sent and its content is erased; status canceled. Once its sending has begun (or for an email that was not scheduled): 409 email_not_scheduled.",
+		Metadata:    map[string]any{permissionMetadata: PermissionSend},
+		Errors:      []int{http.StatusNotFound, http.StatusConflict},
+	}, s.cancelEmail)
+	register(s, huma.Operation{
 		OperationID: "list-emails", Method: http.MethodGet, Path: "/api/v1/emails",
 		Summary: "List emails", Tags: tags,
 		Description: "Emails newest first, a page at a time (default 20). A domain-scoped key sees its domain's emails only.",
@@ -182,16 +238,18 @@ func (s *Server) registerEmails() {
 	}, s.listEmailEvents)
 }
 
-func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[QueuedEmailData], error) {
+// sendingDomain is the domain of a send key.
+func (s *Server) sendingDomain(ctx context.Context) (*store.Domain, error) {
 	p := principalFrom(ctx)
 	if p.SendingDomainID == nil {
 		return nil, newError(CodeForbidden, "sending needs a key scoped to a sending domain; this key is organization-wide")
 	}
-	d, err := s.store.DomainInOrganization(ctx, p.OrganizationID, *p.SendingDomainID)
-	if err != nil {
-		return nil, err
-	}
-	b := in.Body
+	return s.store.DomainInOrganization(ctx, p.OrganizationID, *p.SendingDomainID)
+}
+
+// newEmail validates one email's body and returns it ready to store, or its
+// problems located under at ("body", or "body[3]" in a batch).
+func newEmail(b EmailBody, orgID int64, d *store.Domain, at string, now time.Time) (store.NewEmail, []ErrorDetail) {
 	attachments := make([]mailmsg.Attachment, len(b.Attachments))
 	for i, a := range b.Attachments {
 		attachments[i] = mailmsg.Attachment{Filename: a.Filename, Content: a.Content, ContentType: a.ContentType}
@@ -200,11 +258,76 @@ func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[Q
 		From: b.From, To: b.To, Cc: b.Cc, Bcc: b.Bcc, ReplyTo: b.ReplyTo, Subject: b.Subject,
 		Text: b.Text, HTML: b.HTML, Headers: b.Headers, Attachments: attachments,
 	}, d.Domain)
-	if len(problems) > 0 {
-		details := make([]ErrorDetail, len(problems))
-		for i, pr := range problems {
-			details[i] = ErrorDetail{Location: pr.Location, Message: pr.Message}
-		}
+	var details []ErrorDetail
+	for _, pr := range problems {
+		details = append(details, ErrorDetail{Location: at + strings.TrimPrefix(pr.Location, "body"), Message: pr.Message})
+	}
+	scheduledAt, problem := parseScheduledAt(b.ScheduledAt, now)
+	if problem != "" {
+		details = append(details, ErrorDetail{Location: at + ".scheduled_at", Message: problem})
+	}
+	if len(details) > 0 {
+		return store.NewEmail{}, details
+	}
+	content, err := json.Marshal(msg)
+	if err != nil {
+		return store.NewEmail{}, []ErrorDetail{{Location: at, Message: err.Error()}}
+	}
+	e := &store.Email{
+		ID: uuid.Must(uuid.NewV7()).String(), OrganizationID: orgID, DomainID: d.ID,
+		FromAddress: displayAddress(msg.From), To: addressStrings(msg.To), Cc: addressStrings(msg.Cc),
+		Subject: msg.Subject, Content: content, ScheduledAt: scheduledAt,
+	}
+	return store.NewEmail{Email: e, Recipients: msg.Recipients()}, nil
+}
+
+// Limits of scheduled_at (docs/sending.md).
+const (
+	maxScheduleAhead = 30 * 24 * time.Hour
+	maxScheduleLate  = 5 * time.Minute
+)
+
+// parseScheduledAt reads scheduled_at: nil for none, or for a time in the
+// past by at most maxScheduleLate (sent now); else a problem to report.
+func parseScheduledAt(v string, now time.Time) (*time.Time, string) {
+	if v == "" {
+		return nil, ""
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return nil, "must be an RFC 3339 time with a time-zone offset or Z, e.g. 2026-12-01T09:00:00+01:00"
+	}
+	switch {
+	case t.After(now.Add(maxScheduleAhead)):
+		return nil, "must be at most 30 days ahead"
+	case t.Before(now.Add(-maxScheduleLate)):
+		return nil, "is more than 5 minutes in the past"
+	case !t.After(now):
+		return nil, ""
+	}
+	t = t.UTC()
+	return &t, ""
+}
+
+func queued(e *store.Email) QueuedEmail {
+	return QueuedEmail{ID: e.ID, Status: e.Status, ScheduledAt: utcPtr(e.ScheduledAt), CreatedAt: e.CreatedAt.UTC()}
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[QueuedEmailData], error) {
+	d, err := s.sendingDomain(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n, details := newEmail(in.Body, principalFrom(ctx).OrganizationID, d, "body", time.Now())
+	if len(details) > 0 {
 		return nil, newError(CodeValidationFailed, "validation failed", details...)
 	}
 	// Checked after the body, so a client learns about both kinds of problem
@@ -212,28 +335,13 @@ func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[Q
 	if d.Status != store.DomainVerified {
 		return nil, newError(CodeDomainNotVerified, "the key's domain "+d.Domain+" is "+d.Status+"; only verified domains send")
 	}
-
-	content, err := json.Marshal(msg)
-	if err != nil {
-		return nil, err
-	}
-	id, err := uuid.NewV7()
-	if err != nil {
-		return nil, err
-	}
-	e := &store.Email{
-		ID: id.String(), OrganizationID: p.OrganizationID, DomainID: d.ID,
-		FromAddress: displayAddress(msg.From), To: addressStrings(msg.To), Cc: addressStrings(msg.Cc),
-		Subject: msg.Subject, Content: content,
-	}
-	answer := func() *Response[QueuedEmailData] {
-		return respond(QueuedEmailData{Email: QueuedEmail{ID: e.ID, Status: e.Status, CreatedAt: e.CreatedAt.UTC()}})
-	}
+	e := n.Email
+	answer := func() *Response[QueuedEmailData] { return respond(QueuedEmailData{Email: queued(e)}) }
 	// With an Idempotency-Key the answer commits with the email: a retry after
 	// this process dies gets the same email, whose workflow the sweep starts
 	// if this process could not (SweepUnstartedEmails).
 	txCtx := s.answerInTx(ctx, http.StatusAccepted, func() any { return answer().Body })
-	if err := s.store.CreateEmail(txCtx, e, msg.Recipients()); err != nil {
+	if err := s.store.CreateEmail(txCtx, e, n.Recipients); err != nil {
 		return nil, err
 	}
 	if err := s.startEmail(ctx, e); err != nil {
@@ -250,13 +358,119 @@ func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[Q
 	return answer(), nil
 }
 
+// batchStarts is how many workflows of a batch start at once.
+const batchStarts = 16
+
+// sendEmailBatch validates every email, stores them all in one transaction
+// and starts their workflows concurrently. The answer promises every email
+// (they are stored as answered): a workflow that does not start now is
+// started by the sweep.
+func (s *Server) sendEmailBatch(ctx context.Context, in *SendEmailBatchInput) (*Response[QueuedEmails], error) {
+	d, err := s.sendingDomain(ctx)
+	if err != nil {
+		return nil, err
+	}
+	orgID, now := principalFrom(ctx).OrganizationID, time.Now()
+	emails := make([]store.NewEmail, len(in.Body))
+	var details []ErrorDetail
+	for i, b := range in.Body {
+		n, problems := newEmail(b, orgID, d, fmt.Sprintf("body[%d]", i), now)
+		emails[i], details = n, append(details, problems...)
+	}
+	if len(details) > 0 {
+		return nil, newError(CodeValidationFailed, "validation failed; no email of the batch was sent", details...)
+	}
+	if d.Status != store.DomainVerified {
+		return nil, newError(CodeDomainNotVerified, "the key's domain "+d.Domain+" is "+d.Status+"; only verified domains send")
+	}
+	for _, n := range emails {
+		n.Email.Source, n.Email.Answered = store.SourceBatch, true
+	}
+	answer := func() *Response[QueuedEmails] {
+		out := QueuedEmails{Emails: make([]QueuedEmail, len(emails))}
+		for i, n := range emails {
+			out.Emails[i] = queued(n.Email)
+		}
+		return respond(out)
+	}
+	txCtx := s.answerInTx(ctx, http.StatusAccepted, func() any { return answer().Body })
+	if err := s.store.CreateEmails(txCtx, emails); err != nil {
+		return nil, err
+	}
+	var g errgroup.Group
+	g.SetLimit(batchStarts)
+	for _, n := range emails {
+		g.Go(func() error {
+			if err := s.startEmail(context.WithoutCancel(ctx), n.Email); err != nil {
+				s.logger.WarnContext(ctx, "batch email stored, its workflow not started yet (the sweep will)", "request_id", RequestID(ctx), "email_id", n.Email.ID, "error", err)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return answer(), nil
+}
+
+// rescheduleEmail moves a scheduled email: the email's workflow decides, in
+// its reschedule update, whether sending has begun.
+func (s *Server) rescheduleEmail(ctx context.Context, in *RescheduleEmailInput) (*Response[EmailData], error) {
+	at, problem := parseScheduledAt(in.Body.ScheduledAt, time.Now())
+	if problem == "" && at == nil {
+		problem = "must be a time in the future"
+	}
+	if problem != "" {
+		return nil, fieldError("body.scheduled_at", problem)
+	}
+	return s.updateScheduled(ctx, in.ID, email.RescheduleUpdate, email.RescheduleInput{ScheduledAt: *at})
+}
+
+// cancelEmail cancels a scheduled email through its workflow's cancel update.
+func (s *Server) cancelEmail(ctx context.Context, in *EmailIDInput) (*Response[EmailData], error) {
+	return s.updateScheduled(ctx, in.ID, email.CancelUpdate)
+}
+
+// updateScheduled sends an update to a scheduled email's workflow and
+// answers the email as it then stands. A refusal (sending has begun, the
+// email was never scheduled, its workflow has ended) is 409
+// email_not_scheduled.
+func (s *Server) updateScheduled(ctx context.Context, id, update string, args ...any) (*Response[EmailData], error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return nil, apperr.NotFoundf("email")
+	}
+	scope := emailScope(principalFrom(ctx))
+	if _, _, err := s.store.EmailInScope(ctx, scope, id); err != nil {
+		return nil, err
+	}
+	uctx, cancel := context.WithTimeout(ctx, startEmailTimeout)
+	defer cancel()
+	h, err := s.temporal.UpdateWorkflow(uctx, client.UpdateWorkflowOptions{
+		WorkflowID: email.WorkflowID(id), UpdateName: update, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err == nil {
+		err = h.Get(uctx, nil)
+	}
+	var app *temporal.ApplicationError
+	var notFound *serviceerror.NotFound
+	switch {
+	case errors.As(err, &app) && app.Type() == email.NotScheduledError, errors.As(err, &notFound):
+		return nil, newError(CodeEmailNotScheduled, "the email is not scheduled, or its sending has begun")
+	case err != nil:
+		return nil, err
+	}
+	e, recipients, err := s.store.EmailInScope(ctx, scope, id)
+	if err != nil {
+		return nil, err
+	}
+	return respond(EmailData{Email: emailFromStore(e, recipients)}), nil
+}
+
 // startEmail starts the email's workflow with the schedule and retention in
 // force now, so that changing a default never changes an email on its way.
 func (s *Server) startEmail(ctx context.Context, e *store.Email) error {
 	ctx, cancel := context.WithTimeout(ctx, startEmailTimeout)
 	defer cancel()
 	owner := searchattr.Owner{OrganizationID: e.OrganizationID, DomainID: e.DomainID}
-	return email.Start(ctx, s.temporal, e.ID, owner, s.emailSchedule, s.cfg.EmailRetention)
+	return email.Start(ctx, s.temporal, e.ID, owner, s.emailSchedule, s.cfg.EmailRetention, e.ScheduledAt)
 }
 
 // addressStrings shows addresses as the client wrote them, "Name <addr>"

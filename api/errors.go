@@ -23,6 +23,7 @@ const (
 	CodeMethodNotAllowed      = apperr.MethodNotAllowed
 	CodeDomainExists          = apperr.DomainExists
 	CodeDomainNotVerified     = apperr.DomainNotVerified
+	CodeEmailNotScheduled     = apperr.EmailNotScheduled
 	CodeConflict              = apperr.Conflict
 	CodeWebhookLimitReached   = apperr.WebhookLimitReached
 	CodeIdempotencyInProgress = apperr.IdempotencyInProgress
@@ -50,6 +51,7 @@ var httpStatusByCode = map[string]int{
 	apperr.Conflict:              http.StatusConflict,
 	apperr.DomainExists:          http.StatusConflict,
 	apperr.DomainNotVerified:     http.StatusConflict,
+	apperr.EmailNotScheduled:     http.StatusConflict,
 	apperr.RotationInProgress:    http.StatusConflict,
 	apperr.WebhookLimitReached:   http.StatusConflict,
 	apperr.TooManySecrets:        http.StatusConflict,

@@ -83,6 +83,12 @@ var requestBodies = map[string]struct {
 	"POST /api/v1/emails": {body: func(ids func(string) string) any {
 		return map[string]any{"from": "app@" + ids("domain-name"), "to": "isolation@recipient.example", "subject": "Isolation", "text": "Hello."}
 	}},
+	"POST /api/v1/emails/batch": {body: func(ids func(string) string) any {
+		return []map[string]any{{"from": "app@" + ids("domain-name"), "to": "isolation@recipient.example", "subject": "Isolation", "text": "Hello."}}
+	}},
+	"PATCH /api/v1/emails/{id}": {body: func(func(string) string) any {
+		return map[string]any{"scheduled_at": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}
+	}},
 	"POST /api/v1/domains": {body: func(func(string) string) any {
 		return map[string]any{"domain": "intruder-" + uuid.NewString()[:8] + ".example.org"}
 	}},
@@ -104,6 +110,14 @@ var requestBodies = map[string]struct {
 	"POST /api/v1/webhooks/{id}/test": {body: func(func(string) string) any {
 		return map[string]any{"event_type": "delivered"}
 	}},
+}
+
+// stateRefusals are the errors by which an operation that admitted the
+// owner's key refuses because of the resource's state, not the key: the
+// owner's email is not scheduled, so it cannot be moved or canceled.
+var stateRefusals = map[string]string{
+	"PATCH /api/v1/emails/{id}":       "email_not_scheduled",
+	"POST /api/v1/emails/{id}/cancel": "email_not_scheduled",
 }
 
 // ownerFixtures are the owner organization's resources and keys. Webhooks and
@@ -382,6 +396,8 @@ func TestTenantIsolation(t *testing.T) {
 			h.do(req.method, req.path, owner.revokedKey, req.body).expectError(t, 401, "unauthorized")
 			if limited := h.do(req.method, req.path, owner.limitedKey, req.body); !admitsLimitedKey(o.op) {
 				limited.expectError(t, 403, "forbidden")
+			} else if code, ok := stateRefusals[o.method+" "+o.path]; ok {
+				limited.expectError(t, 409, code)
 			} else if limited.Status >= 300 {
 				t.Fatalf("the owner's send+stats key, admitted by the operation, got %d: %s", limited.Status, limited.Raw)
 			}

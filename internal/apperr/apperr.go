@@ -24,6 +24,7 @@ const (
 	Conflict              = "conflict"                // the resource's state refuses the operation
 	DomainExists          = "domain_exists"           // the domain was already added to the organization
 	DomainNotVerified     = "domain_not_verified"     // the operation needs a verified domain
+	EmailNotScheduled     = "email_not_scheduled"     // the email is not scheduled, or its sending has begun
 	RotationInProgress    = "rotation_in_progress"    // a DKIM rotation of the domain is under way
 	WebhookLimitReached   = "webhook_limit_reached"   // the organization has the most webhooks it can have
 	TooManySecrets        = "too_many_secrets"        // the webhook has the most unexpired previous secrets

@@ -19,8 +19,12 @@ const (
 
 // Email statuses (docs/sending.md): queued until every recipient is final.
 const (
-	EmailQueued = "queued"
-	EmailSent   = "sent"
+	// EmailScheduled waits for its scheduled_at; EmailCanceled was canceled
+	// before it (docs/sending.md).
+	EmailScheduled = "scheduled"
+	EmailQueued    = "queued"
+	EmailSent      = "sent"
+	EmailCanceled  = "canceled"
 )
 
 // Recipient statuses (docs/sending.md). queued and deferred are pending; the
@@ -69,6 +73,8 @@ type Email struct {
 	// first delivery step; the inbound listener accepts bounces only at it.
 	EnvelopeSender *string    `bun:"envelope_sender"`
 	AcceptedAt     *time.Time `bun:"accepted_at"`
+	// ScheduledAt is when a scheduled email is sent (nil: at once).
+	ScheduledAt *time.Time `bun:"scheduled_at"`
 	// Answered: the client got the email's id in an answer that committed
 	// with the email (WithCommitHook), so it must be sent even if the API
 	// process died before starting its workflow.
@@ -127,22 +133,43 @@ func (r *EmailRecipient) Final() bool {
 	return r.Status != RecipientQueued && r.Status != RecipientDeferred
 }
 
+// NewEmail is an email to store with its envelope recipients.
+type NewEmail struct {
+	Email      *Email
+	Recipients []string
+}
+
 // CreateEmail stores an email and its recipients (all queued) in one
 // transaction, with the commit hook of ctx (WithCommitHook), if any.
 func (s *Store) CreateEmail(ctx context.Context, e *Email, recipients []string) error {
+	return s.CreateEmails(ctx, []NewEmail{{Email: e, Recipients: recipients}})
+}
+
+// CreateEmails stores emails and their recipients in one transaction (a
+// batch is all or nothing), with the commit hook of ctx, if any. An email
+// with a ScheduledAt is scheduled, the others queued.
+func (s *Store) CreateEmails(ctx context.Context, emails []NewEmail) error {
 	at := now()
-	// Answered may be set by the caller: SMTP submission answers with the
-	// id right after this commits.
-	e.CreatedAt, e.Status, e.Answered = at, EmailQueued, e.Answered || hasCommitHook(ctx)
-	if e.Source == "" {
-		e.Source = SourceAPI
-	}
-	rows := make([]EmailRecipient, len(recipients))
-	for i, addr := range recipients {
-		rows[i] = EmailRecipient{EmailID: e.ID, Position: i, Address: addr, Status: RecipientQueued, UpdatedAt: at}
+	var rows []EmailRecipient
+	models := make([]*Email, len(emails))
+	for i, n := range emails {
+		e := n.Email
+		// Answered may be set by the caller: SMTP submission and batches
+		// answer with the ids right after this commits.
+		e.CreatedAt, e.Status, e.Answered = at, EmailQueued, e.Answered || hasCommitHook(ctx)
+		if e.ScheduledAt != nil {
+			e.Status = EmailScheduled
+		}
+		if e.Source == "" {
+			e.Source = SourceAPI
+		}
+		models[i] = e
+		for pos, addr := range n.Recipients {
+			rows = append(rows, EmailRecipient{EmailID: e.ID, Position: pos, Address: addr, Status: RecipientQueued, UpdatedAt: at})
+		}
 	}
 	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := tx.NewInsert().Model(e).Exec(ctx); err != nil {
+		if _, err := tx.NewInsert().Model(&models).Exec(ctx); err != nil {
 			return err
 		}
 		if _, err := tx.NewInsert().Model(&rows).Exec(ctx); err != nil {
@@ -150,6 +177,29 @@ func (s *Store) CreateEmail(ctx context.Context, e *Email, recipients []string) 
 		}
 		return runCommitHook(ctx, tx)
 	})
+}
+
+// RescheduleEmail moves a scheduled email's time.
+func (s *Store) RescheduleEmail(ctx context.Context, id string, at time.Time) error {
+	_, err := s.DB.NewUpdate().Model((*Email)(nil)).Set("scheduled_at = ?", at.UTC()).
+		Where("id = ?", id).Where("status = ?", EmailScheduled).Exec(ctx)
+	return err
+}
+
+// CancelEmail cancels a scheduled email: nothing is sent and its content is
+// erased; its recipients stay queued, never attempted.
+func (s *Store) CancelEmail(ctx context.Context, id string) error {
+	_, err := s.DB.NewUpdate().Model((*Email)(nil)).Set("status = ?", EmailCanceled).
+		Set("content = NULL").Set("signed_message = NULL").Set("erased_at = COALESCE(erased_at, ?)", now()).
+		Where("id = ?", id).Where("status = ?", EmailScheduled).Exec(ctx)
+	return err
+}
+
+// StartSending moves a scheduled email to queued once its time has come.
+func (s *Store) StartSending(ctx context.Context, id string) error {
+	_, err := s.DB.NewUpdate().Model((*Email)(nil)).Set("status = ?", EmailQueued).
+		Where("id = ?", id).Where("status = ?", EmailScheduled).Exec(ctx)
+	return err
 }
 
 // DeleteUnstartedEmail removes an email whose workflow could not be started,
@@ -177,7 +227,7 @@ func (s *Store) DeleteUnstartedEmail(ctx context.Context, id string) error {
 // that no workflow has accepted, oldest first, without their content.
 func (s *Store) UnacceptedEmailsBefore(ctx context.Context, cutoff time.Time, limit int) ([]Email, error) {
 	emails := []Email{}
-	err := s.DB.NewSelect().Model(&emails).Column("id", "organization_id", "domain_id", "answered", "created_at").
+	err := s.DB.NewSelect().Model(&emails).Column("id", "organization_id", "domain_id", "answered", "created_at", "scheduled_at").
 		Where("accepted_at IS NULL").Where("created_at < ?", cutoff).
 		OrderExpr("created_at").Limit(int64(limit)).Scan(ctx)
 	return emails, err

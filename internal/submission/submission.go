@@ -255,7 +255,7 @@ func (s *session) Data(r io.Reader) error {
 		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 		defer cancel()
 		owner := searchattr.Owner{OrganizationID: e.OrganizationID, DomainID: e.DomainID}
-		if err := email.Start(ctx, s.b.Temporal, e.ID, owner, s.b.Schedule, s.b.Retention); err != nil {
+		if err := email.Start(ctx, s.b.Temporal, e.ID, owner, s.b.Schedule, s.b.Retention, nil); err != nil {
 			s.b.Logger.Warn("submission: email stored, its workflow not started yet (the API's sweep will)", "email_id", e.ID, "error", err)
 		}
 	}()

@@ -30,8 +30,39 @@ const (
 	PrepareActivity  = "PrepareEmail"
 	AttemptActivity  = "AttemptEmail"
 	EraseActivity    = "EraseEmail"
-	WorkflowIDPrefix = "email-delivery:"
+	// RescheduleActivity and CancelActivity record what the updates of a
+	// scheduled email decided.
+	RescheduleActivity = "RescheduleEmail"
+	CancelActivity     = "CancelEmail"
+	WorkflowIDPrefix   = "email-delivery:"
 )
+
+// Updates of a scheduled email's workflow (docs/sending.md): the workflow
+// alone decides whether sending has begun, so a reschedule or cancel that
+// races the timer is either applied before it fires or refused.
+const (
+	RescheduleUpdate = "reschedule"
+	CancelUpdate     = "cancel"
+	// NotScheduledError is the type of the error an update is refused with
+	// once sending has begun (or for an email that was never scheduled).
+	NotScheduledError = "EmailNotScheduled"
+)
+
+// RescheduleInput moves a scheduled email.
+type RescheduleInput struct {
+	ScheduledAt time.Time `json:"scheduled_at"`
+}
+
+// RescheduleActivityInput records the new time.
+type RescheduleActivityInput struct {
+	EmailID     string    `json:"email_id"`
+	ScheduledAt time.Time `json:"scheduled_at"`
+}
+
+// CancelInput cancels a scheduled email.
+type CancelInput struct {
+	EmailID string `json:"email_id"`
+}
 
 // WorkflowID is the business key of an email's workflow.
 func WorkflowID(emailID string) string { return WorkflowIDPrefix + emailID }
@@ -62,13 +93,17 @@ type Input struct {
 	EmailID   string          `json:"email_id"`
 	Schedule  []time.Duration `json:"schedule"`
 	Retention time.Duration   `json:"retention"`
+	// ScheduledAt, when set, is when the email is sent: the workflow
+	// waits on a durable timer until then, and the message is built and
+	// signed after it (so a key rotation meanwhile signs with the new key).
+	ScheduledAt *time.Time `json:"scheduled_at,omitempty"`
 }
 
 // Start starts the workflow of a stored email, with the owner's search
 // attributes; every way of sending (the API, SMTP submission, the sweep of
 // emails whose start failed) starts it here. A second start of the same
 // email is the same run. An empty schedule takes DefaultSchedule.
-func Start(ctx context.Context, tc client.Client, emailID string, owner searchattr.Owner, schedule []time.Duration, retention time.Duration) error {
+func Start(ctx context.Context, tc client.Client, emailID string, owner searchattr.Owner, schedule []time.Duration, retention time.Duration, scheduledAt *time.Time) error {
 	if len(schedule) == 0 {
 		schedule = DefaultSchedule
 	}
@@ -78,7 +113,7 @@ func Start(ctx context.Context, tc client.Client, emailID string, owner searchat
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}
-	_, err := tc.ExecuteWorkflow(ctx, opts, WorkflowName, Input{EmailID: emailID, Schedule: schedule, Retention: retention})
+	_, err := tc.ExecuteWorkflow(ctx, opts, WorkflowName, Input{EmailID: emailID, Schedule: schedule, Retention: retention, ScheduledAt: scheduledAt})
 	return err
 }
 
@@ -121,8 +156,9 @@ type EraseInput struct {
 
 // Statuses the workflow ends with.
 const (
-	StatusSent = "sent"
-	StatusGone = "gone"
+	StatusSent     = "sent"
+	StatusGone     = "gone"
+	StatusCanceled = "canceled"
 )
 
 // Result ends the workflow.

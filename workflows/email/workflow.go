@@ -51,9 +51,18 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	if len(schedule) == 0 {
 		schedule = DefaultSchedule
 	}
+	stepCtx := workflow.WithActivityOptions(ctx, stepOptions)
+
+	// Scheduled sending came with version 1: emails queued before it have
+	// no marker here and go straight on, as they did.
+	if workflow.GetVersion(ctx, scheduledSendChange, workflow.DefaultVersion, 1) == 1 {
+		canceled, err := waitUntilScheduled(ctx, stepCtx, in)
+		if err != nil || canceled {
+			return Result{Status: StatusCanceled}, err
+		}
+	}
 
 	var prep PrepareResult
-	stepCtx := workflow.WithActivityOptions(ctx, stepOptions)
 	if err := workflow.ExecuteActivity(stepCtx, PrepareActivity, PrepareInput{EmailID: in.EmailID}).Get(ctx, &prep); err != nil {
 		return Result{}, err
 	}
@@ -89,4 +98,67 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 		return Result{}, err
 	}
 	return Result{Status: StatusSent, Attempts: attempts}, nil
+}
+
+// scheduledSendChange is the workflow.GetVersion change id of scheduled
+// sending (docs/sending.md).
+const scheduledSendChange = "scheduled-send"
+
+// waitUntilScheduled waits, for a scheduled email, until its time, on a
+// durable timer the Temporal UI shows, while the reschedule and cancel
+// updates may move or end the wait. Once it returns without canceled,
+// sending has begun and both updates are refused. It reports whether the
+// email was canceled.
+func waitUntilScheduled(ctx, stepCtx workflow.Context, in Input) (canceled bool, err error) {
+	at := time.Time{}
+	if in.ScheduledAt != nil {
+		at = *in.ScheduledAt
+	}
+	begun, changed := at.IsZero(), false
+	notScheduled := func() error {
+		if begun || canceled {
+			return temporal.NewNonRetryableApplicationError("sending has begun; the email can no longer be changed", NotScheduledError, nil)
+		}
+		return nil
+	}
+	// Registered for every email, so an update to one that was never
+	// scheduled (or is sending) gets the same refusal.
+	err = workflow.SetUpdateHandlerWithOptions(ctx, RescheduleUpdate,
+		func(ctx workflow.Context, r RescheduleInput) error {
+			at, changed = r.ScheduledAt, true
+			return workflow.ExecuteActivity(stepCtx, RescheduleActivity, RescheduleActivityInput{EmailID: in.EmailID, ScheduledAt: r.ScheduledAt}).Get(ctx, nil)
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r RescheduleInput) error { return notScheduled() }})
+	if err != nil {
+		return false, err
+	}
+	err = workflow.SetUpdateHandlerWithOptions(ctx, CancelUpdate,
+		func(ctx workflow.Context) error {
+			canceled = true
+			return workflow.ExecuteActivity(stepCtx, CancelActivity, CancelInput{EmailID: in.EmailID}).Get(ctx, nil)
+		},
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context) error { return notScheduled() }})
+	if err != nil {
+		return false, err
+	}
+	for !begun && !canceled {
+		wait := at.Sub(workflow.Now(ctx))
+		if wait <= 0 {
+			break
+		}
+		changed = false
+		woken, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return changed || canceled })
+		if err != nil {
+			return false, err
+		}
+		if !woken {
+			break // the timer fired: it is time
+		}
+	}
+	if canceled {
+		// The cancel's own step records it; end once it has.
+		return true, workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+	}
+	begun = true
+	return false, nil
 }
