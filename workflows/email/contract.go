@@ -26,10 +26,10 @@ const TaskQueue = "mailyard-emails"
 // Registered type names; they are part of the recorded histories and never
 // change.
 const (
-	WorkflowName     = "EmailDelivery"
-	PrepareActivity  = "PrepareEmail"
-	AttemptActivity  = "AttemptEmail"
-	EraseActivity    = "EraseEmail"
+	WorkflowName    = "EmailDelivery"
+	PrepareActivity = "PrepareEmail"
+	AttemptActivity = "AttemptEmail"
+	EraseActivity   = "EraseEmail"
 	// RescheduleActivity and CancelActivity record what the updates of a
 	// scheduled email decided.
 	RescheduleActivity = "RescheduleEmail"

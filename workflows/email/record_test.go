@@ -129,8 +129,10 @@ func TestRecordHistories(t *testing.T) {
 		to       []string
 		schedule []time.Duration
 		noEmail  bool
-		during   func()
-		want     email.Result
+		// at, when set, schedules the email this long after its start.
+		at     time.Duration
+		during func(id string)
+		want   email.Result
 	}{
 		{name: "delivered", to: []string{"ada@rcpt.example", "bob@rcpt.example"}, schedule: short, want: email.Result{Status: email.StatusSent, Attempts: 1}},
 		{name: "deferred-then-delivered", to: []string{"later@rcpt.example", "cy@rcpt.example"}, schedule: short, want: email.Result{Status: email.StatusSent, Attempts: 2}},
@@ -145,7 +147,7 @@ func TestRecordHistories(t *testing.T) {
 		// Last: the domain is deleted between the first attempt and the
 		// second, which bounces the recipient without sending.
 		{name: "domain-deleted", to: []string{"defer2@rcpt.example"}, schedule: []time.Duration{0, 3 * time.Second, 3 * time.Second},
-			during: func() {
+			during: func(string) {
 				time.Sleep(time.Second)
 				if _, err := st.DeleteDomainForCustomer(ctx, org.ID, domain); err != nil {
 					t.Error(err)
@@ -153,6 +155,36 @@ func TestRecordHistories(t *testing.T) {
 			},
 			want: email.Result{Status: email.StatusSent, Attempts: 2}},
 	}
+	// Scheduled sending (version 1 of scheduled-send): sent at its time,
+	// moved by the reschedule update, ended by the cancel update.
+	update := func(name string, args ...any) func(string) {
+		return func(id string) {
+			h, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: email.WorkflowID(id), UpdateName: name, Args: args,
+				WaitForStage: client.WorkflowUpdateStageCompleted})
+			if err == nil {
+				err = h.Get(ctx, nil)
+			}
+			if err != nil {
+				t.Errorf("update %s: %v", name, err)
+			}
+		}
+	}
+	scenarios = append([]struct {
+		name     string
+		to       []string
+		schedule []time.Duration
+		noEmail  bool
+		at       time.Duration
+		during   func(id string)
+		want     email.Result
+	}{
+		{name: "scheduled", to: []string{"eve@rcpt.example"}, schedule: short, at: 2 * time.Second, want: email.Result{Status: email.StatusSent, Attempts: 1}},
+		{name: "rescheduled", to: []string{"fay@rcpt.example"}, schedule: short, at: time.Hour,
+			during: update(email.RescheduleUpdate, email.RescheduleInput{ScheduledAt: time.Now().Add(3 * time.Second)}),
+			want:   email.Result{Status: email.StatusSent, Attempts: 1}},
+		{name: "canceled", to: []string{"gus@rcpt.example"}, schedule: short, at: time.Hour, during: update(email.CancelUpdate),
+			want: email.Result{Status: email.StatusCanceled}},
+	}, scenarios...)
 	for _, sc := range scenarios {
 		id := uuid.Must(uuid.NewV7()).String()
 		const subject = "Invoice 42 for you"
@@ -163,12 +195,12 @@ func TestRecordHistories(t *testing.T) {
 		owner := searchattr.Owner{OrganizationID: org.ID, DomainID: domain}
 		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: email.WorkflowID(id), TaskQueue: email.TaskQueue,
 			TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("email " + id)},
-			email.WorkflowName, email.Input{EmailID: id, Schedule: sc.schedule, Retention: time.Second})
+			email.WorkflowName, email.Input{EmailID: id, Schedule: sc.schedule, Retention: time.Second, ScheduledAt: scheduledAt(sc.at)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if sc.during != nil {
-			sc.during()
+			sc.during(id)
 		}
 		var res email.Result
 		if err := run.Get(ctx, &res); err != nil {
@@ -193,7 +225,9 @@ func TestRecordHistories(t *testing.T) {
 				t.Fatalf("%s: the history shows %q", sc.name, secret)
 			}
 		}
-		path := filepath.Join("testdata", fmt.Sprintf("email-delivery-v1-%s.json", sc.name))
+		// v2: the current code, with the scheduled-send version marker;
+		// the v1 files are kept from before it, for the replay tests.
+		path := filepath.Join("testdata", fmt.Sprintf("email-delivery-v2-%s.json", sc.name))
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -251,4 +285,14 @@ func newEmail(t *testing.T, st *store.Store, orgID, domainID int64, id, subject 
 	if err := st.CreateEmail(context.Background(), e, msg.Recipients()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// scheduledAt is the input's ScheduledAt for an email due after d (none
+// for 0).
+func scheduledAt(d time.Duration) *time.Time {
+	if d == 0 {
+		return nil
+	}
+	t := time.Now().Add(d).UTC()
+	return &t
 }

@@ -1,6 +1,10 @@
 package email_test
 
 import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +19,27 @@ import (
 // code: a change that would break emails on their way fails here and needs
 // workflow.GetVersion.
 func TestReplayRecordedHistories(t *testing.T) {
+	// v1: emails queued before scheduled sending; v2: the current code,
+	// scheduled, rescheduled and canceled emails among them.
 	testenv.ReplayHistories(t, "testdata/email-delivery-v1-*.json", 5, email.Workflow, email.WorkflowName)
+	testenv.ReplayHistories(t, "testdata/email-delivery-v2-*.json", 8, email.Workflow, email.WorkflowName)
+}
+
+// Each history holds the version its name claims: v2 files carry the
+// scheduled-send version marker (the email workflow records no other
+// marker), v1 files none, so both code paths are replayed.
+func TestHistoriesHoldTheirVersion(t *testing.T) {
+	files, _ := filepath.Glob("testdata/email-delivery-v*.json")
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		marked := bytes.Contains(raw, []byte("EVENT_TYPE_MARKER_RECORDED"))
+		if v2 := strings.Contains(filepath.Base(f), "-v2-"); marked != v2 {
+			t.Errorf("%s: scheduled-send marker %v, want %v", f, marked, v2)
+		}
+	}
 }
 
 // pauseFirst is a change to the workflow: a short pause before it
