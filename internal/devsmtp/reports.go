@@ -181,17 +181,22 @@ func headerBlock(original []byte) []byte {
 	return original
 }
 
+// lineWriter writes lines to b, each ended with CRLF.
+func lineWriter(b *bytes.Buffer) func(lines ...string) {
+	return func(lines ...string) {
+		for _, l := range lines {
+			b.WriteString(l + "\r\n")
+		}
+	}
+}
+
 // dsn writes a delivery status notification the way Postfix does: a
 // human-readable part, the machine-readable report, the original's headers.
 func (r *reporter) dsn(envelopeSender, rcpt string, original []byte) []byte {
 	host, now := r.cfg.Hostname, time.Now().UTC().Format(time.RFC1123Z)
 	boundary := uuid.NewString() + "/" + host
 	var b bytes.Buffer
-	w := func(lines ...string) {
-		for _, l := range lines {
-			b.WriteString(l + "\r\n")
-		}
-	}
+	w := lineWriter(&b)
 	w("From: Mail Delivery System <MAILER-DAEMON@"+host+">",
 		"To: "+envelopeSender,
 		"Subject: Undelivered Mail Returned to Sender",
@@ -243,11 +248,7 @@ func (r *reporter) arf(envelopeSender, rcpt, to string, original []byte) []byte 
 	host, now := r.cfg.Hostname, time.Now().UTC().Format(time.RFC1123Z)
 	boundary := "arf-" + uuid.NewString()
 	var b bytes.Buffer
-	w := func(lines ...string) {
-		for _, l := range lines {
-			b.WriteString(l + "\r\n")
-		}
-	}
+	w := lineWriter(&b)
 	w("From: Feedback Loop <fbl-reports@"+host+">",
 		"To: "+to,
 		"Subject: Abuse report",

@@ -124,7 +124,7 @@ func TestRecordHistories(t *testing.T) {
 	}
 
 	short := []time.Duration{0, time.Second, time.Second}
-	scenarios := []struct {
+	type scenario struct {
 		name     string
 		to       []string
 		schedule []time.Duration
@@ -133,7 +133,8 @@ func TestRecordHistories(t *testing.T) {
 		at     time.Duration
 		during func(id string)
 		want   email.Result
-	}{
+	}
+	scenarios := []scenario{
 		{name: "delivered", to: []string{"ada@rcpt.example", "bob@rcpt.example"}, schedule: short, want: email.Result{Status: email.StatusSent, Attempts: 1}},
 		{name: "deferred-then-delivered", to: []string{"later@rcpt.example", "cy@rcpt.example"}, schedule: short, want: email.Result{Status: email.StatusSent, Attempts: 2}},
 		{name: "hard-bounce", to: []string{"reject@rcpt.example"}, schedule: short, want: email.Result{Status: email.StatusSent, Attempts: 1}},
@@ -169,15 +170,7 @@ func TestRecordHistories(t *testing.T) {
 			}
 		}
 	}
-	scenarios = append([]struct {
-		name     string
-		to       []string
-		schedule []time.Duration
-		noEmail  bool
-		at       time.Duration
-		during   func(id string)
-		want     email.Result
-	}{
+	scenarios = append([]scenario{
 		{name: "scheduled", to: []string{"eve@rcpt.example"}, schedule: short, at: 2 * time.Second, want: email.Result{Status: email.StatusSent, Attempts: 1}},
 		{name: "rescheduled", to: []string{"fay@rcpt.example"}, schedule: short, at: time.Hour,
 			during: update(email.RescheduleUpdate, email.RescheduleInput{ScheduledAt: time.Now().Add(3 * time.Second)}),
