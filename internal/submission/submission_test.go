@@ -1,0 +1,140 @@
+package submission_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-sasl"
+	gosmtp "github.com/emersion/go-smtp"
+	"go.temporal.io/sdk/client"
+
+	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/ratelimit"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/submission"
+	"github.com/mailyard/mailyard/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// fixture is a submission server on PostgreSQL with a verified domain and a
+// send credential; Temporal is unreachable, so no workflow starts.
+type fixture struct {
+	st             *store.Store
+	addr           string
+	user, secret   string
+	organizationID int64
+}
+
+func newFixture(t *testing.T, limit config.RateLimit) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	st := testenv.OpenStore(t, testenv.PostgresURL(t))
+	admin, _ := keys.NewAPIKey()
+	org, err := st.CreateOrganizationWithKey(ctx, "shop", &store.APIKey{Label: "a", Username: "a", Prefix: admin[:keys.DisplayLength], Digest: keys.Digest(admin), Permissions: store.Permissions{"admin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &store.Domain{OrganizationID: org.ID, Domain: "shop.example", MailFromSubdomain: "mail.shop.example", DKIMToken: "tok", Status: store.DomainVerified}
+	if err := st.CreateDomain(ctx, d, nil); err != nil {
+		t.Fatal(err)
+	}
+	secret, _ := keys.NewAPIKey()
+	user := "app1@shop.example"
+	if err := st.CreateCredential(ctx, &store.APIKey{OrganizationID: org.ID, SendingDomainID: &d.ID, Label: "app", Username: user,
+		Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: store.Permissions{"send"}}); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := client.NewLazyClient(client.Options{HostPort: testenv.FreeAddr(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dead.Close)
+	b := &submission.Backend{Store: st, Temporal: dead, Limits: ratelimit.New(limit), AllowInsecureAuth: true, Logger: slog.New(slog.DiscardHandler)}
+	srvCtx, cancel := context.WithCancel(ctx)
+	ready, done := make(chan string, 1), make(chan error, 1)
+	go func() { done <- b.Serve(srvCtx, submission.Listener{Addr: "127.0.0.1:0"}, func(a, _ string) { ready <- a }) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return &fixture{st: st, addr: <-ready, user: user, secret: secret, organizationID: org.ID}
+}
+
+// send sends one message on c and returns the reply text or the error.
+func send(c *gosmtp.Client, subject string) (string, error) {
+	if err := c.Mail("billing@shop.example", nil); err != nil {
+		return "", err
+	}
+	if err := c.Rcpt("ada@rcpt.example", nil); err != nil {
+		return "", err
+	}
+	w, err := c.Data()
+	if err != nil {
+		return "", err
+	}
+	_, _ = w.Write([]byte("From: billing@shop.example\r\nTo: ada@rcpt.example\r\nSubject: " + subject + "\r\n\r\nHi.\r\n"))
+	res, err := w.CloseWithResponse()
+	if err != nil {
+		return "", err
+	}
+	return res.StatusText, nil
+}
+
+// AUTH LOGIN works (go-sasl's client against this server's LOGIN), and
+// with Temporal unreachable a message is still stored, answered, and
+// promised: the API's sweep starts its workflow.
+func TestLoginAndTemporalDown(t *testing.T) {
+	f := newFixture(t, config.RateLimit{})
+	c, err := gosmtp.Dial(f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Auth(sasl.NewLoginClient(f.user, f.secret)); err != nil {
+		t.Fatalf("AUTH LOGIN: %v", err)
+	}
+	reply, err := send(c, "logged in")
+	id, ok := strings.CutPrefix(strings.TrimPrefix(reply, "2.0.0 "), "queued as ")
+	if err != nil || !ok {
+		t.Fatalf("reply %q, %v", reply, err)
+	}
+	e, _, err := f.st.EmailInScope(context.Background(), store.EmailScope{OrganizationID: f.organizationID}, id)
+	if err != nil || !e.Answered || e.Source != store.SourceSMTP || e.Subject != "logged in" {
+		t.Fatalf("stored %+v, %v", e, err)
+	}
+	unstarted, err := f.st.UnacceptedEmailsBefore(context.Background(), time.Now().Add(time.Minute), 10)
+	if err != nil || len(unstarted) != 1 || unstarted[0].ID != id {
+		t.Fatalf("the sweep does not see the email: %v %v", unstarted, err)
+	}
+}
+
+// Each message spends one request of the key's rate limit, at MAIL FROM.
+func TestRateLimitPerMessage(t *testing.T) {
+	f := newFixture(t, config.RateLimit{Requests: 2, Per: time.Hour})
+	c, err := gosmtp.Dial(f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Auth(sasl.NewPlainClient("", f.user, f.secret)); err != nil {
+		t.Fatal(err)
+	}
+	burst := config.RateLimit{Requests: 2, Per: time.Hour}.Burst()
+	for i := range burst {
+		if _, err := send(c, "within"); err != nil {
+			t.Fatalf("message %d of %d: %v", i+1, burst, err)
+		}
+	}
+	_, err = send(c, "over")
+	var reply *gosmtp.SMTPError
+	if !errors.As(err, &reply) || reply.Code != 451 || reply.EnhancedCode != (gosmtp.EnhancedCode{4, 7, 0}) {
+		t.Fatalf("over the limit: %v", err)
+	}
+	n, err := f.st.DB.NewSelect().Model((*store.Email)(nil)).Count(context.Background())
+	if err != nil || int(n) != burst {
+		t.Fatalf("%d emails stored (%v), want %d", n, err, burst)
+	}
+}
