@@ -58,7 +58,9 @@ func newFixture(t *testing.T, limit config.RateLimit) *fixture {
 	b := &submission.Backend{Store: st, Temporal: dead, Limits: ratelimit.New(limit), AllowInsecureAuth: true, Logger: slog.New(slog.DiscardHandler)}
 	srvCtx, cancel := context.WithCancel(ctx)
 	ready, done := make(chan string, 1), make(chan error, 1)
-	go func() { done <- b.Serve(srvCtx, submission.Listener{Addr: "127.0.0.1:0"}, func(a, _ string) { ready <- a }) }()
+	go func() {
+		done <- b.Serve(srvCtx, submission.Listener{Addr: "127.0.0.1:0"}, func(a, _ string) { ready <- a })
+	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return &fixture{st: st, addr: <-ready, user: user, secret: secret, organizationID: org.ID}
 }
