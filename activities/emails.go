@@ -314,6 +314,21 @@ func keepAlive(ctx context.Context) (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
+// FirstAttempt prepares the email and, when asked, makes its first
+// attempt: the two steps in one local activity (the email workflow's
+// local-first-attempt change). Each is idempotent, so a retried run
+// resumes where the last stopped.
+func (a *Emails) FirstAttempt(ctx context.Context, in email.FirstAttemptInput) (email.FirstAttemptResult, error) {
+	prep, err := a.Prepare(ctx, email.PrepareInput{EmailID: in.EmailID})
+	out := email.FirstAttemptResult{PrepareResult: prep}
+	if err != nil || prep.Gone || prep.Pending == 0 || !in.Send {
+		return out, err
+	}
+	out.Attempt, err = a.Attempt(ctx, email.AttemptInput{EmailID: in.EmailID, Attempt: 1, Final: in.Final})
+	out.Attempted = err == nil
+	return out, err
+}
+
 // Reschedule records a scheduled email's new time.
 func (a *Emails) Reschedule(ctx context.Context, in email.RescheduleActivityInput) error {
 	return a.Store.RescheduleEmail(ctx, in.EmailID, in.ScheduledAt)

@@ -60,6 +60,7 @@ func RegisterEmails(r sdkworker.Registry, a *activities.Emails) {
 	r.RegisterActivityWithOptions(a.Prepare, activity.RegisterOptions{Name: email.PrepareActivity})
 	r.RegisterActivityWithOptions(a.Attempt, activity.RegisterOptions{Name: email.AttemptActivity})
 	r.RegisterActivityWithOptions(a.Erase, activity.RegisterOptions{Name: email.EraseActivity})
+	r.RegisterActivityWithOptions(a.FirstAttempt, activity.RegisterOptions{Name: email.FirstAttemptActivity})
 	r.RegisterActivityWithOptions(a.Reschedule, activity.RegisterOptions{Name: email.RescheduleActivity})
 	r.RegisterActivityWithOptions(a.Cancel, activity.RegisterOptions{Name: email.CancelActivity})
 }

@@ -30,6 +30,9 @@ const (
 	PrepareActivity = "PrepareEmail"
 	AttemptActivity = "AttemptEmail"
 	EraseActivity   = "EraseEmail"
+	// FirstAttemptActivity prepares the email and makes its first attempt in
+	// one local activity (since the local-first-attempt change).
+	FirstAttemptActivity = "PrepareAndAttemptEmail"
 	// RescheduleActivity and CancelActivity record what the updates of a
 	// scheduled email decided.
 	RescheduleActivity = "RescheduleEmail"
@@ -128,6 +131,23 @@ type PrepareResult struct {
 	// not confirm the start); the workflow ends.
 	Gone    bool `json:"gone,omitempty"`
 	Pending int  `json:"pending"`
+}
+
+// FirstAttemptInput asks to prepare the email and, when Send is set (the
+// schedule's first wait is zero), make its first attempt.
+type FirstAttemptInput struct {
+	EmailID string `json:"email_id"`
+	Send    bool   `json:"send"`
+	// Final is set when the schedule has one attempt only.
+	Final bool `json:"final,omitempty"`
+}
+
+// FirstAttemptResult is the prepare step's result and, when the attempt was
+// made, the attempt's.
+type FirstAttemptResult struct {
+	PrepareResult
+	Attempted bool          `json:"attempted,omitempty"`
+	Attempt   AttemptResult `json:"attempt"`
 }
 
 // AttemptInput asks for one SMTP attempt to the pending recipients.

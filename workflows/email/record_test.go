@@ -218,9 +218,10 @@ func TestRecordHistories(t *testing.T) {
 				t.Fatalf("%s: the history shows %q", sc.name, secret)
 			}
 		}
-		// v2: the current code, with the scheduled-send version marker;
-		// the v1 files are kept from before it, for the replay tests.
-		path := filepath.Join("testdata", fmt.Sprintf("email-delivery-v2-%s.json", sc.name))
+		// v3: the current code (scheduled-send and local-first-attempt);
+		// the v1 and v2 files are kept from before each change, for the
+		// replay tests.
+		path := filepath.Join("testdata", fmt.Sprintf("email-delivery-v3-%s.json", sc.name))
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}

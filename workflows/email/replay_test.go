@@ -1,9 +1,9 @@
 package email_test
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -19,15 +19,24 @@ import (
 // code: a change that would break emails on their way fails here and needs
 // workflow.GetVersion.
 func TestReplayRecordedHistories(t *testing.T) {
-	// v1: emails queued before scheduled sending; v2: the current code,
-	// scheduled, rescheduled and canceled emails among them.
-	testenv.ReplayHistories(t, "testdata/email-delivery-v1-*.json", 5, email.Workflow, email.WorkflowName)
-	testenv.ReplayHistories(t, "testdata/email-delivery-v2-*.json", 8, email.Workflow, email.WorkflowName)
+	// v1: emails queued before scheduled sending; v2: before the local
+	// first attempt (scheduled, rescheduled and canceled emails among
+	// them); v3: the current code.
+	for _, v := range []string{"v1", "v2", "v3"} {
+		testenv.ReplayHistories(t, "testdata/email-delivery-"+v+"-*.json", 5, email.Workflow, email.WorkflowName)
+	}
 }
 
-// Each history holds the version its name claims: v2 files carry the
-// scheduled-send version marker (the email workflow records no other
-// marker), v1 files none, so both code paths are replayed.
+// Marker names in a history (protojson varies the spaces).
+var (
+	versionMarker       = regexp.MustCompile(`"markerName":\s*"Version"`)
+	localActivityMarker = regexp.MustCompile(`"markerName":\s*"LocalActivity"`)
+)
+
+// Each history holds the version its name claims, so every code path is
+// replayed: v1 files have no marker, v2 files version markers only, v3
+// files also the local activity's marker of the first attempt (or of the
+// prepare step alone).
 func TestHistoriesHoldTheirVersion(t *testing.T) {
 	files, _ := filepath.Glob("testdata/email-delivery-v*.json")
 	for _, f := range files {
@@ -35,9 +44,14 @@ func TestHistoriesHoldTheirVersion(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		marked := bytes.Contains(raw, []byte("EVENT_TYPE_MARKER_RECORDED"))
-		if v2 := strings.Contains(filepath.Base(f), "-v2-"); marked != v2 {
-			t.Errorf("%s: scheduled-send marker %v, want %v", f, marked, v2)
+		versioned := versionMarker.Match(raw)
+		local := localActivityMarker.Match(raw)
+		want := map[string][2]bool{"v1": {false, false}, "v2": {true, false}, "v3": {true, true}}[strings.Split(filepath.Base(f), "-")[2]]
+		if strings.HasSuffix(f, "-canceled.json") {
+			want[1] = false // canceled before its first attempt
+		}
+		if [2]bool{versioned, local} != want {
+			t.Errorf("%s: version marker %v, local activity marker %v, want %v", f, versioned, local, want)
 		}
 	}
 }

@@ -36,14 +36,18 @@ func newScheduledEnv(t *testing.T) *scheduledEnv {
 	env.RegisterActivityWithOptions(stubErase, activity.RegisterOptions{Name: EraseActivity})
 	env.RegisterActivityWithOptions(stubReschedule, activity.RegisterOptions{Name: RescheduleActivity})
 	env.RegisterActivityWithOptions(stubCancel, activity.RegisterOptions{Name: CancelActivity})
-	env.OnActivity(PrepareActivity, mock.Anything, mock.Anything).Return(func(context.Context, PrepareInput) (PrepareResult, error) {
+	env.RegisterActivityWithOptions(stubFirstAttempt, activity.RegisterOptions{Name: FirstAttemptActivity})
+	prepare := func(context.Context, PrepareInput) (PrepareResult, error) {
 		env.preparedAt = env.Now()
 		return PrepareResult{Pending: 1}, nil
-	})
-	env.OnActivity(AttemptActivity, mock.Anything, mock.Anything).Return(func(context.Context, AttemptInput) (AttemptResult, error) {
+	}
+	attempt := func(context.Context, AttemptInput) (AttemptResult, error) {
 		env.attemptCount++
 		return AttemptResult{Delivered: 1}, nil
-	})
+	}
+	env.OnActivity(PrepareActivity, mock.Anything, mock.Anything).Return(prepare)
+	env.OnActivity(AttemptActivity, mock.Anything, mock.Anything).Return(attempt)
+	env.OnActivity(FirstAttemptActivity, mock.Anything, mock.Anything).Return(firstAttempt(prepare, attempt))
 	env.OnActivity(EraseActivity, mock.Anything, mock.Anything).Return(nil)
 	env.OnActivity(RescheduleActivity, mock.Anything, mock.Anything).Return(func(_ context.Context, in RescheduleActivityInput) error {
 		env.rescheduled = append(env.rescheduled, in.ScheduledAt)

@@ -25,6 +25,26 @@ func stubAttempt(context.Context, AttemptInput) (AttemptResult, error) {
 	return AttemptResult{}, errors.New("not mocked")
 }
 func stubErase(context.Context, EraseInput) error { return errors.New("not mocked") }
+func stubFirstAttempt(context.Context, FirstAttemptInput) (FirstAttemptResult, error) {
+	return FirstAttemptResult{}, errors.New("not mocked")
+}
+
+// firstAttempt is the local prepare-and-attempt step made of a test's
+// prepare and attempt mocks, as activities.Emails.FirstAttempt composes the
+// real ones.
+func firstAttempt(prepare func(context.Context, PrepareInput) (PrepareResult, error),
+	attempt func(context.Context, AttemptInput) (AttemptResult, error)) func(context.Context, FirstAttemptInput) (FirstAttemptResult, error) {
+	return func(ctx context.Context, in FirstAttemptInput) (FirstAttemptResult, error) {
+		prep, err := prepare(ctx, PrepareInput{EmailID: in.EmailID})
+		out := FirstAttemptResult{PrepareResult: prep}
+		if err != nil || prep.Gone || prep.Pending == 0 || !in.Send {
+			return out, err
+		}
+		out.Attempt, err = attempt(ctx, AttemptInput{EmailID: in.EmailID, Attempt: 1, Final: in.Final})
+		out.Attempted = err == nil
+		return out, err
+	}
+}
 
 // steps records what the workflow asked for and when (workflow time).
 type steps struct {
@@ -42,13 +62,16 @@ func newEnv(t *testing.T, prepare PrepareResult, attempts ...AttemptResult) (*te
 	env.RegisterActivityWithOptions(stubPrepare, activity.RegisterOptions{Name: PrepareActivity})
 	env.RegisterActivityWithOptions(stubAttempt, activity.RegisterOptions{Name: AttemptActivity})
 	env.RegisterActivityWithOptions(stubErase, activity.RegisterOptions{Name: EraseActivity})
+	env.RegisterActivityWithOptions(stubFirstAttempt, activity.RegisterOptions{Name: FirstAttemptActivity})
 	st := &steps{env: env}
-	env.OnActivity(PrepareActivity, mock.Anything, mock.Anything).Return(prepare, nil)
-	env.OnActivity(AttemptActivity, mock.Anything, mock.Anything).Return(func(_ context.Context, in AttemptInput) (AttemptResult, error) {
+	attempt := func(_ context.Context, in AttemptInput) (AttemptResult, error) {
 		st.attempts = append(st.attempts, in)
 		st.times = append(st.times, env.Now())
 		return attempts[min(len(st.attempts), len(attempts))-1], nil
-	})
+	}
+	env.OnActivity(PrepareActivity, mock.Anything, mock.Anything).Return(prepare, nil)
+	env.OnActivity(AttemptActivity, mock.Anything, mock.Anything).Return(attempt)
+	env.OnActivity(FirstAttemptActivity, mock.Anything, mock.Anything).Return(firstAttempt(func(context.Context, PrepareInput) (PrepareResult, error) { return prepare, nil }, attempt))
 	env.OnActivity(EraseActivity, mock.Anything, mock.Anything).Return(func(context.Context, EraseInput) error {
 		st.erasedAt = env.Now()
 		return nil
