@@ -7,16 +7,14 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"net/textproto"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/emersion/go-sasl"
 	"github.com/emersion/go-smtp"
 
-	"github.com/mailyard/mailyard/internal/webhook"
+	"github.com/mailyard/mailyard/internal/egress"
 )
 
 // server is one SMTP server to try.
@@ -60,7 +58,7 @@ func sessionOutcome(ctx context.Context, srv server, err error) outcome {
 	if code, text, ok := serverReply(err); ok {
 		return outcome{status: Deferred, code: code, message: fmt.Sprintf("%s: %s: %d %s", srv.where, step, code, text)}
 	}
-	if errors.Is(err, webhook.ErrBlockedAddress) {
+	if errors.Is(err, egress.ErrBlockedAddress) {
 		return deferred("%s: %s: refused: %v (private networks are not allowed for MX delivery)", srv.where, step, err)
 	}
 	return deferred("%s", describe(ctx, srv.where, step, err))
@@ -71,7 +69,7 @@ func sessionOutcome(ctx context.Context, srv server, err error) outcome {
 func (s *Sender) open(ctx context.Context, srv server, useSTARTTLS bool) (*session, error) {
 	dialer := net.Dialer{Timeout: s.cfg.DialTimeout}
 	if s.cfg.Mode == ModeMX && !s.cfg.AllowPrivateNetworks {
-		dialer.Control = guardDial
+		dialer.Control = egress.GuardDial
 	}
 	raw, err := dialer.DialContext(ctx, "tcp", srv.addr)
 	if err != nil {
@@ -90,20 +88,6 @@ func (s *Sender) open(ctx context.Context, srv server, useSTARTTLS bool) (*sessi
 	sess.dataTimeout = s.cfg.DataTimeout
 	sess.stop = stop
 	return sess, nil
-}
-
-// guardDial refuses special-purpose destinations (loopback, private,
-// link-local, ...). As a net.Dialer Control function it runs on the address
-// actually connected to, after any name resolution.
-func guardDial(_, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return fmt.Errorf("%w: cannot parse %q", webhook.ErrBlockedAddress, address)
-	}
-	if webhook.IsBlocked(ap.Addr()) {
-		return fmt.Errorf("%w: %s", webhook.ErrBlockedAddress, ap.Addr().WithZone("").Unmap())
-	}
-	return nil
 }
 
 func (s *Sender) setUp(ctx context.Context, raw net.Conn, srv server, useSTARTTLS bool) (*session, error) {

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"syscall"
 	"time"
+
+	"github.com/mailyard/mailyard/internal/egress"
 )
 
 // AttemptTimeout bounds one delivery attempt: connecting, sending and
@@ -93,7 +95,7 @@ func NewClient(p Policy, opts ...Option) *http.Client {
 func dialControl(p Policy, after func(string, string, syscall.RawConn) error) func(string, string, syscall.RawConn) error {
 	return func(network, address string, c syscall.RawConn) error {
 		if !p.AllowPrivateNetworks {
-			if err := guardDial(network, address, c); err != nil {
+			if err := egress.GuardDial(network, address, c); err != nil {
 				return err
 			}
 		}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mailyard/mailyard/internal/egress"
 )
 
 // How a refused destination is expected to fail at dial time.
@@ -171,7 +173,7 @@ func TestRefusedDestinations(t *testing.T) {
 			}
 			switch dst.dial {
 			case refusedByGuard:
-				if !strings.Contains(out.Error, ErrBlockedAddress.Error()) {
+				if !strings.Contains(out.Error, egress.ErrBlockedAddress.Error()) {
 					t.Errorf("dial error %q does not come from the address guard", out.Error)
 				}
 			case resolvesNowhere:
@@ -209,7 +211,7 @@ func TestPrivateNetworksSwitch(t *testing.T) {
 	}
 
 	out := Send(context.Background(), NewClient(Policy{AllowHTTP: true}), testDelivery(url))
-	if out.StatusCode != 0 || !strings.Contains(out.Error, ErrBlockedAddress.Error()) {
+	if out.StatusCode != 0 || !strings.Contains(out.Error, egress.ErrBlockedAddress.Error()) {
 		t.Errorf("default policy: %+v", out)
 	}
 	if n := rcv.requests.Load(); n != 0 {
@@ -260,7 +262,7 @@ func TestLegacySpellingsReadAsAddresses(t *testing.T) {
 	client := NewClient(Policy{AllowHTTP: true}, WithResolver(resolver), withAfterGuard(hook.control))
 	for _, h := range legacyLoopbackSpellings {
 		out := Send(context.Background(), client, testDelivery(fmt.Sprintf("http://%s:%d/", h, can.port)))
-		if out.StatusCode != 0 || !strings.Contains(out.Error, ErrBlockedAddress.Error()+": 127.0.0.1") {
+		if out.StatusCode != 0 || !strings.Contains(out.Error, egress.ErrBlockedAddress.Error()+": 127.0.0.1") {
 			t.Errorf("%s: %+v", h, out)
 		}
 	}

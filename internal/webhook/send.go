@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mailyard/mailyard/internal/egress"
 )
 
 // UserAgent identifies delivery requests to receivers.
@@ -111,7 +113,7 @@ func describeError(err error, timeout time.Duration) string {
 	}
 	var netErr net.Error
 	switch {
-	case errors.Is(err, ErrBlockedAddress):
+	case errors.Is(err, egress.ErrBlockedAddress):
 		var opErr *net.OpError
 		if errors.As(err, &opErr) && opErr.Err != nil {
 			err = opErr.Err

@@ -7,6 +7,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/mailyard/mailyard/internal/egress"
 )
 
 // MaxURLLength is the longest webhook URL accepted, in bytes.
@@ -89,7 +91,7 @@ func checkHost(host string, p Policy) error {
 		if addr.Zone() != "" {
 			return errors.New("url host must not carry an IPv6 zone")
 		}
-		if IsBlocked(addr) && !p.AllowPrivateNetworks {
+		if egress.IsBlocked(addr) && !p.AllowPrivateNetworks {
 			return fmt.Errorf("url host %s is in a special-purpose address range (loopback, private, link-local, shared, multicast, documentation or reserved) and cannot receive webhooks", addr)
 		}
 		return nil

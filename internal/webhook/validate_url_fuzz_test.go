@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mailyard/mailyard/internal/egress"
 )
 
 // FuzzValidateURL checks, for any string and policy, that ValidateURL
@@ -67,12 +69,12 @@ func FuzzValidateURL(f *testing.F) {
 			if name == "localhost" || strings.HasSuffix(name, ".localhost") {
 				t.Fatalf("ValidateURL accepted %q: localhost under the strict policy", raw)
 			}
-			if addr, err := netip.ParseAddr(host); err == nil && IsBlocked(addr) {
+			if addr, err := netip.ParseAddr(host); err == nil && egress.IsBlocked(addr) {
 				t.Fatalf("ValidateURL accepted %q: blocked address %s", raw, addr)
 			}
 			if ip := net.ParseIP(host); ip != nil {
 				addr, _ := netip.AddrFromSlice(ip)
-				if IsBlocked(addr) {
+				if egress.IsBlocked(addr) {
 					t.Fatalf("ValidateURL accepted %q: blocked address %s", raw, addr)
 				}
 			}

@@ -1,4 +1,4 @@
-package webhook
+package egress
 
 import (
 	"errors"
@@ -11,11 +11,11 @@ import (
 // because the destination is in a special-purpose range.
 var ErrBlockedAddress = errors.New("destination address is in a special-purpose range")
 
-// guardDial is a net.Dialer Control function. It runs after name
+// GuardDial is a net.Dialer Control function. It runs after name
 // resolution and before connect(2), once for every address the dialer
 // tries, so a name that resolves (or re-resolves, as in DNS rebinding) to
 // a blocked address cannot slip through between validation and connection.
-func guardDial(network, address string, _ syscall.RawConn) error {
+func GuardDial(network, address string, _ syscall.RawConn) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
 		// Fail closed: the dialer always hands over a numeric address, so
