@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strconv"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/mailyard/mailyard/internal/config"
-	"github.com/mailyard/mailyard/internal/searchattr"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/verification"
 	"github.com/mailyard/mailyard/workflows/onboarding"
@@ -29,20 +26,6 @@ type onboardingRuns struct {
 	verifier *verification.Verifier
 	schedule []onboarding.Step
 	logger   *slog.Logger
-}
-
-func (o *onboardingRuns) startOptions(d *store.Domain) client.StartWorkflowOptions {
-	owner := searchattr.Owner{OrganizationID: d.OrganizationID, DomainID: d.ID}
-	return client.StartWorkflowOptions{
-		ID:                    onboarding.WorkflowID(d.ID),
-		TaskQueue:             onboarding.TaskQueue,
-		TypedSearchAttributes: owner.Attributes(),
-		StaticSummary:         owner.Summary("onboarding of domain " + strconv.FormatInt(d.ID, 10)),
-		// One run at a time per domain; a new run may follow a closed one (a new
-		// verification window).
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-	}
 }
 
 // onboardingSchedule turns the configured verification schedule into the
@@ -66,7 +49,7 @@ func (o *onboardingRuns) input(d *store.Domain) onboarding.Input {
 
 // Start begins onboarding a new domain.
 func (o *onboardingRuns) Start(ctx context.Context, d *store.Domain) error {
-	_, err := o.temporal.ExecuteWorkflow(ctx, o.startOptions(d), onboarding.WorkflowName, o.input(d))
+	_, err := o.temporal.ExecuteWorkflow(ctx, onboarding.StartOptions(d.OrganizationID, d.ID), onboarding.WorkflowName, o.input(d))
 	return err
 }
 
@@ -90,7 +73,7 @@ func (o *onboardingRuns) Verify(ctx context.Context, d *store.Domain) error {
 	ctx, cancel := context.WithTimeout(ctx, verifyBudget)
 	defer cancel()
 	handle, err := o.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: o.temporal.NewWithStartWorkflowOperation(o.startOptions(d), onboarding.WorkflowName, o.input(d)),
+		StartWorkflowOperation: o.temporal.NewWithStartWorkflowOperation(onboarding.StartOptions(d.OrganizationID, d.ID), onboarding.WorkflowName, o.input(d)),
 		UpdateOptions: client.UpdateWorkflowOptions{
 			WorkflowID:   onboarding.WorkflowID(d.ID),
 			UpdateName:   onboarding.VerifyUpdate,

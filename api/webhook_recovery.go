@@ -7,10 +7,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/google/uuid"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 
-	"github.com/mailyard/mailyard/internal/searchattr"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/workflows/recovery"
 )
@@ -64,13 +61,8 @@ func (s *Server) recoverWebhook(ctx context.Context, in *RecoverInput) (*Respons
 	}
 	if n > 0 {
 		recoveryID := uuid.NewString()
-		owner := searchattr.Owner{OrganizationID: w.OrganizationID, WebhookID: w.ID}
-		_, err = s.temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-			ID: recovery.WorkflowID(w.ID, recoveryID), TaskQueue: recovery.TaskQueue,
-			TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("recovery " + recoveryID),
-			WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-			WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		}, recovery.WorkflowName, recovery.Input{WebhookID: w.ID, RecoveryID: recoveryID, Since: since, Until: until})
+		_, err = s.temporal.ExecuteWorkflow(ctx, recovery.StartOptions(w.OrganizationID, w.ID, recoveryID),
+			recovery.WorkflowName, recovery.Input{WebhookID: w.ID, RecoveryID: recoveryID, Since: since, Until: until})
 		if err != nil {
 			return nil, err
 		}

@@ -18,7 +18,6 @@ import (
 	"go.temporal.io/sdk/converter"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/mailyard/mailyard/internal/searchattr"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/workflows/delivery"
 )
@@ -201,10 +200,7 @@ func (r *Runs) CancelInBackground(ids []string) {
 }
 
 func (r *Runs) options(id string, o store.DeliveryOwner) client.StartWorkflowOptions {
-	owner := searchattr.Owner{OrganizationID: o.OrganizationID, WebhookID: o.WebhookID}
-	return client.StartWorkflowOptions{ID: delivery.WorkflowID(id), TaskQueue: delivery.TaskQueue,
-		TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("delivery " + id),
-		EnableEagerStart: r.EagerStart}
+	return delivery.StartOptions(id, o.OrganizationID, o.WebhookID, r.EagerStart)
 }
 
 // owners reads whose the deliveries are (none without a Store).

@@ -9,7 +9,13 @@
 // data stay in the database, where the activity reads them.
 package delivery
 
-import "time"
+import (
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/mailyard/mailyard/internal/searchattr"
+)
 
 // TaskQueue is where delivery workflows and their activities run.
 const TaskQueue = "mailyard-webhooks"
@@ -94,4 +100,14 @@ type Result struct {
 	Status   string  `json:"status"`
 	Attempts int     `json:"attempts"`
 	Verdict  Verdict `json:"verdict"`
+}
+
+// StartOptions start a delivery's workflow; eager asks the server to hand
+// the first workflow task back to the starter (a process whose worker
+// shares its client, as `mailyard dev`).
+func StartOptions(deliveryID string, orgID, webhookID int64, eager bool) client.StartWorkflowOptions {
+	owner := searchattr.Owner{OrganizationID: orgID, WebhookID: webhookID}
+	return client.StartWorkflowOptions{ID: WorkflowID(deliveryID), TaskQueue: TaskQueue,
+		TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("delivery " + deliveryID),
+		EnableEagerStart: eager}
 }

@@ -10,6 +10,11 @@ package onboarding
 import (
 	"strconv"
 	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/mailyard/mailyard/internal/searchattr"
 )
 
 // TaskQueue is where the domain worker polls.
@@ -132,4 +137,18 @@ func NextWait(schedule []Step, elapsed time.Duration) (time.Duration, bool) {
 		}
 	}
 	return 0, false
+}
+
+// StartOptions start a domain's onboarding: one run at a time per domain,
+// and a new run may follow a closed one (a new verification window).
+func StartOptions(orgID, domainID int64) client.StartWorkflowOptions {
+	owner := searchattr.Owner{OrganizationID: orgID, DomainID: domainID}
+	return client.StartWorkflowOptions{
+		ID:                       WorkflowID(domainID),
+		TaskQueue:                TaskQueue,
+		TypedSearchAttributes:    owner.Attributes(),
+		StaticSummary:            owner.Summary("onboarding of domain " + strconv.FormatInt(domainID, 10)),
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
+	}
 }

@@ -10,6 +10,11 @@ import (
 	"fmt"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/mailyard/mailyard/internal/searchattr"
+
 	"github.com/mailyard/mailyard/workflows/delivery"
 )
 
@@ -81,4 +86,16 @@ type RedeliverResult struct {
 type Result struct {
 	Redelivered int  `json:"redelivered"`
 	Stopped     bool `json:"stopped,omitempty"`
+}
+
+// StartOptions start one recovery of a webhook: each has an id of its own,
+// and a second start of the same id fails.
+func StartOptions(orgID, webhookID int64, recoveryID string) client.StartWorkflowOptions {
+	owner := searchattr.Owner{OrganizationID: orgID, WebhookID: webhookID}
+	return client.StartWorkflowOptions{
+		ID: WorkflowID(webhookID, recoveryID), TaskQueue: TaskQueue,
+		TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("recovery " + recoveryID),
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+	}
 }
