@@ -43,3 +43,45 @@ func TestReadmeConfigurationTable(t *testing.T) {
 		}
 	}
 }
+
+// The README's code layout names every package of internal/ and workflows/,
+// so it cannot fall behind the tree.
+func TestReadmeCodeLayout(t *testing.T) {
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, layout, ok := strings.Cut(string(data), "Code layout")
+	if !ok {
+		t.Fatal("README.md has no code layout")
+	}
+	layout, _, _ = strings.Cut(layout, "\n\n## ")
+	workflowsRow := regexp.MustCompile("`workflows/\\{([a-z,]+)\\}`").FindStringSubmatch(layout)
+	if workflowsRow == nil {
+		t.Fatal("the layout has no `workflows/{...}` row")
+	}
+	for _, dir := range []string{"internal", "workflows"} {
+		entries, err := os.ReadDir("../" + dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if !e.IsDir() {
+				continue
+			}
+			name := e.Name()
+			switch {
+			case dir == "workflows" && name == "internal":
+				if !strings.Contains(layout, "`workflows/internal/jitter`") {
+					t.Error("the layout does not name workflows/internal/jitter")
+				}
+			case dir == "workflows":
+				if !slices.Contains(strings.Split(workflowsRow[1], ","), name) {
+					t.Errorf("the layout's workflows row does not name %s", name)
+				}
+			case !strings.Contains(layout, "`internal/"+name+"`"):
+				t.Errorf("the layout does not name internal/%s", name)
+			}
+		}
+	}
+}
