@@ -20,7 +20,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/mailyard/mailyard/internal/freeport"
-	"github.com/mailyard/mailyard/internal/searchattr"
+	"github.com/mailyard/mailyard/internal/temporalsetup"
 )
 
 // Options of one dev server.
@@ -124,14 +124,6 @@ func start(ctx context.Context, o Options) (*Server, error) {
 		args = append(args, "--ui-port", strconv.Itoa(o.UIPort))
 		s.UIURL = "http://" + net.JoinHostPort(o.IP, strconv.Itoa(o.UIPort))
 	}
-	for _, ns := range o.Namespaces {
-		args = append(args, "--namespace", ns)
-	}
-	// Every Mailyard workflow carries these; a start without them registered
-	// is refused.
-	for _, name := range searchattr.Names() {
-		args = append(args, "--search-attribute", name+"=Int")
-	}
 	cmd := exec.Command(o.Binary, args...)
 	cmd.Stdout, cmd.Stderr = o.Output, o.Output
 	// Its own process group: a Ctrl-C in the terminal reaches mailyard, which then
@@ -147,7 +139,29 @@ func start(ctx context.Context, o Options) (*Server, error) {
 		s.Stop()
 		return nil, err
 	}
+	// The same setup as `mailyard temporal setup` on a cluster: every
+	// Mailyard workflow carries the search attributes, and a start without
+	// them registered is refused.
+	if err := s.setup(ctx, append([]string{"default"}, o.Namespaces...)); err != nil {
+		s.Stop()
+		return nil, err
+	}
 	return s, nil
+}
+
+// setup makes each namespace ready for Mailyard (internal/temporalsetup).
+func (s *Server) setup(ctx context.Context, namespaces []string) error {
+	c, err := client.Dial(client.Options{HostPort: s.Address, Logger: quietLogger{}})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for _, ns := range namespaces {
+		if err := temporalsetup.Setup(ctx, c, ns, 24*time.Hour, nil); err != nil {
+			return fmt.Errorf("temporal dev server: %w", err)
+		}
+	}
+	return nil
 }
 
 func (s *Server) waitHealthy(ctx context.Context, limit time.Duration) error {

@@ -17,20 +17,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/mailyard/mailyard/internal/freeport"
-	"github.com/mailyard/mailyard/internal/searchattr"
+	"github.com/mailyard/mailyard/internal/temporalsetup"
 )
 
 // Names of the binaries in bin/.
@@ -225,41 +220,12 @@ func (s *Server) waitUsable(ctx context.Context) error {
 }
 
 func (s *Server) probe(ctx context.Context) error {
-	nc, err := client.NewNamespaceClient(client.Options{HostPort: s.Address, Logger: quietLogger{}})
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	if _, err := nc.Describe(ctx, s.Namespace); err != nil {
-		var notFound *serviceerror.NamespaceNotFound
-		if !errors.As(err, &notFound) {
-			return err
-		}
-		err = nc.Register(ctx, &workflowservice.RegisterNamespaceRequest{
-			Namespace:                        s.Namespace,
-			WorkflowExecutionRetentionPeriod: durationpb.New(24 * time.Hour),
-		})
-		var exists *serviceerror.NamespaceAlreadyExists
-		if err != nil && !errors.As(err, &exists) {
-			return fmt.Errorf("register namespace %s: %w", s.Namespace, err)
-		}
-	}
 	c, err := client.Dial(client.Options{HostPort: s.Address, Namespace: s.Namespace, Logger: quietLogger{}})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	if err := addSearchAttributes(ctx, c, s.Namespace); err != nil {
-		return err
-	}
-	// Added attributes reach the frontend's namespace cache a moment later;
-	// until then a start that carries them is refused. A query on all of them
-	// fails the same way, and leaves nothing behind.
-	var terms []string
-	for _, name := range searchattr.Names() {
-		terms = append(terms, name+" = 0")
-	}
-	if _, err := c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Namespace: s.Namespace, Query: strings.Join(terms, " AND ")}); err != nil {
+	if err := temporalsetup.Setup(ctx, c, s.Namespace, 24*time.Hour, nil); err != nil {
 		return err
 	}
 	_, err = c.DescribeWorkflowExecution(ctx, "temporalserver-readiness-probe", "")
@@ -270,28 +236,6 @@ func (s *Server) probe(ctx context.Context) error {
 	if err == nil {
 		return errors.New("a workflow temporalserver-readiness-probe exists")
 	}
-	return err
-}
-
-// addSearchAttributes adds Mailyard's search attributes (Int) that the
-// namespace lacks, as the dev server gets them at start: every Mailyard
-// workflow carries them, and a start without them registered is refused.
-// `mailyard temporal setup` does this on a cluster.
-func addSearchAttributes(ctx context.Context, c client.Client, namespace string) error {
-	res, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: namespace})
-	if err != nil {
-		return err
-	}
-	missing := map[string]enumspb.IndexedValueType{}
-	for _, name := range searchattr.Names() {
-		if _, ok := res.GetCustomAttributes()[name]; !ok {
-			missing[name] = enumspb.INDEXED_VALUE_TYPE_INT
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{Namespace: namespace, SearchAttributes: missing})
 	return err
 }
 
