@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/mailyard/mailyard/internal/dkimname"
 	"github.com/mailyard/mailyard/internal/dnspublish"
 	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/keys"
@@ -36,11 +37,6 @@ type RotationStarter interface {
 	StartRotation(ctx context.Context, orgID, domainID int64) error
 }
 
-// Selector is the DKIM selector of a domain's key at position 1 or 2.
-func Selector(token string, position int) string {
-	return fmt.Sprintf("%s-%d", token, position)
-}
-
 // GenerateDKIMKeys makes the domain's two RSA-2048 key pairs, encrypts the private
 // keys bound to their row, and stores them. Idempotent: a retry keeps the keys a
 // previous attempt stored. Nothing about the keys is returned.
@@ -61,7 +57,7 @@ func (a *Domains) GenerateDKIMKeys(ctx context.Context, domainID int64) error {
 		if have[position] {
 			continue
 		}
-		if _, err := a.newKey(ctx, d.ID, Selector(d.DKIMToken, position), position, 1); err != nil {
+		if _, err := a.newKey(ctx, d.ID, dkimname.Selector(d.DKIMToken, position), position, 1); err != nil {
 			return err
 		}
 	}
@@ -106,7 +102,7 @@ func (a *Domains) PublishDKIMKeys(ctx context.Context, domainID int64) error {
 func (a *Domains) records(ks ...store.DKIMKey) []dnspublish.Record {
 	records := make([]dnspublish.Record, len(ks))
 	for i, k := range ks {
-		records[i] = dnspublish.Record{Name: k.Selector + "." + a.DKIMHost, Value: keys.DKIMRecord(k.PublicKey)}
+		records[i] = dnspublish.Record{Name: dkimname.KeyName(k.Selector, a.DKIMHost), Value: keys.DKIMRecord(k.PublicKey)}
 	}
 	return records
 }

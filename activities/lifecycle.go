@@ -7,6 +7,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/mailyard/mailyard/internal/dkimname"
 	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
@@ -80,7 +81,7 @@ func (a *Domains) ConfirmDKIMStandby(ctx context.Context, domainID int64) (bool,
 	if err != nil {
 		return false, err
 	}
-	values, err := a.Verifier.Checker.TXT(ctx, standby.Selector+"._domainkey."+d.Domain)
+	values, err := a.Verifier.Checker.TXT(ctx, dkimname.CustomerName(standby.Selector, d.Domain))
 	if err != nil {
 		return false, nil
 	}
@@ -168,7 +169,7 @@ func (a *Domains) UnpublishDKIMKeys(ctx context.Context, domainID int64) error {
 	}
 	names := make([]string, len(selectors))
 	for i, s := range selectors {
-		names[i] = s + "." + a.DKIMHost
+		names[i] = dkimname.KeyName(s, a.DKIMHost)
 	}
 	return a.Publisher.Unpublish(ctx, names)
 }

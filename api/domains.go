@@ -9,6 +9,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/mailyard/mailyard/internal/dkimname"
 	"github.com/mailyard/mailyard/internal/domainname"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
@@ -190,11 +191,18 @@ func (s *Server) addDomain(ctx context.Context, in *AddDomainInput) (*Response[A
 	return answer(), nil
 }
 
+// dkimRecord is the customer's CNAME for the key at position.
+func dkimRecord(position int, token, domain, dkimHost string) store.DomainRecord {
+	sel := dkimname.Selector(token, position)
+	return store.DomainRecord{Position: position, Purpose: "DKIM CNAME " + strconv.Itoa(position), Type: verification.TypeCNAME,
+		Name: dkimname.CustomerName(sel, domain), Value: dkimname.KeyName(sel, dkimHost)}
+}
+
 // customerRecords are the four records of the seed, in order.
 func (s *Server) customerRecords(token, domain, mailFrom string) []store.DomainRecord {
 	return []store.DomainRecord{
-		{Position: 1, Purpose: "DKIM CNAME 1", Type: verification.TypeCNAME, Name: token + "-1._domainkey." + domain, Value: token + "-1." + s.cfg.DKIMHost},
-		{Position: 2, Purpose: "DKIM CNAME 2", Type: verification.TypeCNAME, Name: token + "-2._domainkey." + domain, Value: token + "-2." + s.cfg.DKIMHost},
+		dkimRecord(1, token, domain, s.cfg.DKIMHost),
+		dkimRecord(2, token, domain, s.cfg.DKIMHost),
 		{Position: 3, Purpose: "SPF", Type: verification.TypeTXT, Name: mailFrom, Value: "v=spf1 include:" + s.cfg.SPFHost + " ~all"},
 		{Position: 4, Purpose: "MX (bounce routing)", Type: verification.TypeMX, Name: mailFrom, Value: strconv.Itoa(s.cfg.MXPriority) + " " + s.cfg.BounceHost},
 	}
