@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/mailyard/mailyard/activities"
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/testenv"
@@ -35,7 +36,7 @@ func newInboundFixture(t *testing.T, recipients ...string) *inboundFixture {
 	ctx := context.Background()
 	st := testenv.OpenStore(t, testenv.PostgresURL(t))
 	secret, _ := keys.NewAPIKey()
-	org, err := st.CreateOrganizationWithKey(ctx, "shop", &store.APIKey{Label: "boot", Username: "shop", Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: store.Permissions{"admin"}})
+	org, err := st.CreateOrganizationWithKey(ctx, "shop", keyauth.WithSecret(secret, &store.APIKey{Label: "boot", Username: "shop", Permissions: store.Permissions{"admin"}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/mailyard/mailyard/internal/eventtype"
-	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/store"
 )
 
@@ -57,9 +57,9 @@ func TestAuthenticationFailures(t *testing.T) {
 	ctx := context.Background()
 
 	revoked := h.newKeySecret()
-	revokedKey := &store.APIKey{OrganizationID: h.orgID, Label: "r", Username: "r", Prefix: revoked[:keys.DisplayLength], Digest: keys.Digest(revoked), Permissions: store.Permissions{"admin"}, Status: store.KeyRevoked}
+	revokedKey := keyauth.WithSecret(revoked, &store.APIKey{OrganizationID: h.orgID, Label: "r", Username: "r", Permissions: store.Permissions{"admin"}, Status: store.KeyRevoked})
 	sendOnly := h.newKeySecret()
-	sendKey := &store.APIKey{OrganizationID: h.orgID, Label: "s", Username: "s", Prefix: sendOnly[:keys.DisplayLength], Digest: keys.Digest(sendOnly), Permissions: store.Permissions{"send", "stats"}, Status: store.KeyActive}
+	sendKey := keyauth.WithSecret(sendOnly, &store.APIKey{OrganizationID: h.orgID, Label: "s", Username: "s", Permissions: store.Permissions{"send", "stats"}, Status: store.KeyActive})
 	for _, k := range []*store.APIKey{revokedKey, sendKey} {
 		if _, err := h.store.DB.NewInsert().Model(k).Exec(ctx); err != nil {
 			t.Fatal(err)

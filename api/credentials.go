@@ -12,6 +12,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/mailyard/mailyard/internal/apperr"
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
 )
@@ -185,23 +186,15 @@ func (s *Server) createCredential(ctx context.Context, in *CreateCredentialInput
 		return nil, apperr.Errorf(apperr.DomainNotVerified, "domain", "domain %s is %s; credentials need a verified domain", domain.Domain, domain.Status)
 	}
 
-	secret, err := keys.NewAPIKey()
-	if err != nil {
-		return nil, err
-	}
 	local, err := keys.RandomString(usernameLength, keys.LowerAlnum)
 	if err != nil {
 		return nil, err
 	}
-	key := &store.APIKey{
-		OrganizationID:  orgID,
-		SendingDomainID: &domain.ID,
-		Label:           strings.TrimSpace(in.Body.Label),
-		Username:        local + "@" + domain.Domain,
-		Prefix:          secret[:keys.DisplayLength],
-		Digest:          keys.Digest(secret),
-		Permissions:     store.Permissions(in.Body.Permissions),
+	secret, key, err := keyauth.New(strings.TrimSpace(in.Body.Label), local+"@"+domain.Domain, store.Permissions(in.Body.Permissions))
+	if err != nil {
+		return nil, err
 	}
+	key.OrganizationID, key.SendingDomainID = orgID, &domain.ID
 	if err := s.store.CreateCredential(ctx, key); err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mailyard/mailyard/api"
 	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/testenv"
@@ -83,10 +84,8 @@ func newHarnessWith(t *testing.T, env map[string]string) *harness {
 func (h *harness) newOrg(name string) (int64, string) {
 	h.t.Helper()
 	secret := h.newKeySecret()
-	org, err := h.store.CreateOrganizationWithKey(context.Background(), name, &store.APIKey{
-		Label: "bootstrap", Username: "boot", Prefix: secret[:keys.DisplayLength],
-		Digest: keys.Digest(secret), Permissions: store.Permissions{"admin"},
-	})
+	org, err := h.store.CreateOrganizationWithKey(context.Background(), name, keyauth.WithSecret(secret, &store.APIKey{
+		Label: "bootstrap", Username: "boot", Permissions: store.Permissions{"admin"}}))
 	if err != nil {
 		h.t.Fatal(err)
 	}

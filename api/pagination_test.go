@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/store"
 )
 
@@ -87,7 +87,7 @@ func (h *harness) seedDomain(org int64, i int) int64 {
 func (h *harness) seedCredential(org int64, i int) int64 {
 	h.t.Helper()
 	secret := h.newKeySecret()
-	k := &store.APIKey{OrganizationID: org, Label: fmt.Sprintf("k%d", i), Username: fmt.Sprintf("u%d", i), Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: store.Permissions{"send"}}
+	k := keyauth.WithSecret(secret, &store.APIKey{OrganizationID: org, Label: fmt.Sprintf("k%d", i), Username: fmt.Sprintf("u%d", i), Permissions: store.Permissions{"send"}})
 	if err := h.store.CreateCredential(context.Background(), k); err != nil {
 		h.t.Fatal(err)
 	}

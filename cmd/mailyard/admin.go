@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
 )
@@ -79,20 +80,13 @@ func cmdOrg(ctx context.Context, args []string) error {
 // createOrganization makes an organization and its bootstrap admin key, scoped to
 // the organization rather than to a domain, and returns the key's secret.
 func createOrganization(ctx context.Context, st *store.Store, name string) (*store.Organization, string, error) {
-	secret, err := keys.NewAPIKey()
-	if err != nil {
-		return nil, "", err
-	}
 	username, err := keys.RandomString(10, keys.LowerAlnum)
 	if err != nil {
 		return nil, "", err
 	}
-	key := &store.APIKey{
-		Label:       "bootstrap admin key",
-		Username:    username,
-		Prefix:      secret[:keys.DisplayLength],
-		Digest:      keys.Digest(secret),
-		Permissions: store.Permissions{"admin"},
+	secret, key, err := keyauth.New("bootstrap admin key", username, store.Permissions{"admin"})
+	if err != nil {
+		return nil, "", err
 	}
 	org, err := st.CreateOrganizationWithKey(ctx, name, key)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/devsmtp"
 	"github.com/mailyard/mailyard/internal/inbound"
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/temporaldev"
@@ -194,10 +195,8 @@ func ensureDevOrganization(ctx context.Context, st *store.Store) (string, error)
 	path := filepath.Join(dataDir, "admin-key")
 	if b, err := os.ReadFile(path); err == nil {
 		secret := strings.TrimSpace(string(b))
-		if keys.CheckAPIKey(secret) == nil {
-			if _, err := st.ActiveAPIKeyByDigest(ctx, keys.Digest(secret)); err == nil {
-				return secret, nil
-			}
+		if _, err := keyauth.Check(ctx, st, secret); err == nil {
+			return secret, nil
 		}
 	}
 	_, secret, err := createOrganization(ctx, st, "dev")

@@ -20,6 +20,7 @@ import (
 
 	"github.com/mailyard/mailyard/api"
 	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
 )
@@ -41,9 +42,8 @@ func benchAPI(ctx context.Context) error {
 	}
 	defer done()
 	secret, _ := keys.NewAPIKey()
-	org, err := st.CreateOrganizationWithKey(ctx, "bench", &store.APIKey{
-		Label: "bench", Username: "bench", Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: store.Permissions{"admin"},
-	})
+	org, err := st.CreateOrganizationWithKey(ctx, "bench", keyauth.WithSecret(secret, &store.APIKey{
+		Label: "bench", Username: "bench", Permissions: store.Permissions{"admin"}}))
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/mailyard/mailyard/activities"
 	"github.com/mailyard/mailyard/api"
 	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
@@ -330,7 +331,7 @@ func measureDelivery(ctx context.Context, out io.Writer, temporalAddr, mailyardB
 
 func seedWebhook(ctx context.Context, st *store.Store, box *secrets.Box, url string) error {
 	secret, _ := keys.NewAPIKey()
-	org, err := st.CreateOrganizationWithKey(ctx, "bench", &store.APIKey{Label: "b", Username: "b", Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: store.Permissions{"admin"}})
+	org, err := st.CreateOrganizationWithKey(ctx, "bench", keyauth.WithSecret(secret, &store.APIKey{Label: "b", Username: "b", Permissions: store.Permissions{"admin"}}))
 	if err != nil {
 		return err
 	}

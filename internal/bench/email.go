@@ -30,6 +30,7 @@ import (
 	"github.com/mailyard/mailyard/internal/bouncetag"
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/mailmsg"
 	"github.com/mailyard/mailyard/internal/secrets"
@@ -227,7 +228,7 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 // returns the send key and the DKIM private key.
 func seedSendingDomain(ctx context.Context, st *store.Store, box *secrets.Box) (string, crypto.Signer, error) {
 	admin, _ := keys.NewAPIKey()
-	org, err := st.CreateOrganizationWithKey(ctx, "bench", &store.APIKey{Label: "admin", Username: "admin", Prefix: admin[:keys.DisplayLength], Digest: keys.Digest(admin), Permissions: store.Permissions{"admin"}})
+	org, err := st.CreateOrganizationWithKey(ctx, "bench", keyauth.WithSecret(admin, &store.APIKey{Label: "admin", Username: "admin", Permissions: store.Permissions{"admin"}}))
 	if err != nil {
 		return "", nil, err
 	}
@@ -255,10 +256,9 @@ func seedSendingDomain(ctx context.Context, st *store.Store, box *secrets.Box) (
 		return "", nil, err
 	}
 	secret, _ := keys.NewAPIKey()
-	err = st.CreateCredential(ctx, &store.APIKey{
+	err = st.CreateCredential(ctx, keyauth.WithSecret(secret, &store.APIKey{
 		OrganizationID: org.ID, SendingDomainID: &d.ID, Label: "bench", Username: "bench@" + emailDomain,
-		Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: store.Permissions{api.PermissionSend},
-	})
+		Permissions: store.Permissions{api.PermissionSend}}))
 	return secret, parsed.(crypto.Signer), err
 }
 

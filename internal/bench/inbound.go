@@ -26,6 +26,7 @@ import (
 	"github.com/mailyard/mailyard/internal/bouncetag"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/inbound"
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
@@ -162,7 +163,7 @@ func benchInbound(ctx context.Context, out io.Writer) error {
 // for bounced events.
 func seedInbound(ctx context.Context, st *store.Store, box *secrets.Box, url string) (int64, int64, error) {
 	secret, _ := keys.NewAPIKey()
-	org, err := st.CreateOrganizationWithKey(ctx, "bench", &store.APIKey{Label: "b", Username: "b", Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: store.Permissions{"admin"}})
+	org, err := st.CreateOrganizationWithKey(ctx, "bench", keyauth.WithSecret(secret, &store.APIKey{Label: "b", Username: "b", Permissions: store.Permissions{"admin"}}))
 	if err != nil {
 		return 0, 0, err
 	}

@@ -25,3 +25,23 @@ func Check(ctx context.Context, st *store.Store, secret string) (*store.APIKey, 
 	}
 	return st.ActiveAPIKeyByDigest(ctx, keys.Digest(secret))
 }
+
+// New makes a new API key: its secret, shown to its owner once and never
+// stored, and the row that keeps only the secret's digest and display
+// prefix (docs/credentials.md). The caller fills in the organization and
+// sending domain.
+func New(label, username string, perms store.Permissions) (secret string, row *store.APIKey, err error) {
+	secret, err = keys.NewAPIKey()
+	if err != nil {
+		return "", nil, err
+	}
+	return secret, WithSecret(secret, &store.APIKey{Label: label, Username: username, Permissions: perms}), nil
+}
+
+// WithSecret fills in what a key row keeps of its secret: the digest the
+// key is found by, and the prefix shown to tell keys apart. It is the one
+// place that derives them.
+func WithSecret(secret string, row *store.APIKey) *store.APIKey {
+	row.Prefix, row.Digest = secret[:keys.DisplayLength], keys.Digest(secret)
+	return row
+}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/testenv"
@@ -17,10 +18,9 @@ func newTestKey(t *testing.T, orgID int64, domainID *int64, label string, perms 
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &store.APIKey{
+	return keyauth.WithSecret(secret, &store.APIKey{
 		OrganizationID: orgID, SendingDomainID: domainID, Label: label, Username: label + "@example.com",
-		Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: perms,
-	}, secret
+		Permissions: perms}), secret
 }
 
 func TestCredentialsListAndRevoke(t *testing.T) {

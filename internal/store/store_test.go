@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/testenv"
@@ -41,7 +42,7 @@ func TestAPIKeyLifecycle(t *testing.T) {
 		ctx := context.Background()
 		st := testenv.OpenStore(t, url)
 		secret, _ := keys.NewAPIKey()
-		key := &store.APIKey{Label: "boot", Username: "u", Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: store.Permissions{"admin", "send"}}
+		key := keyauth.WithSecret(secret, &store.APIKey{Label: "boot", Username: "u", Permissions: store.Permissions{"admin", "send"}})
 		org, err := st.CreateOrganizationWithKey(ctx, "acme", key)
 		if err != nil {
 			t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/testenv"
@@ -18,9 +19,8 @@ import (
 func newOrg(t *testing.T, st *store.Store, name string) int64 {
 	t.Helper()
 	secret, _ := keys.NewAPIKey()
-	org, err := st.CreateOrganizationWithKey(context.Background(), name, &store.APIKey{
-		Label: "boot", Username: name, Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: store.Permissions{"admin"},
-	})
+	org, err := st.CreateOrganizationWithKey(context.Background(), name, keyauth.WithSecret(secret, &store.APIKey{
+		Label: "boot", Username: name, Permissions: store.Permissions{"admin"}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/ratelimit"
 	"github.com/mailyard/mailyard/internal/store"
@@ -36,7 +37,7 @@ func newFixture(t *testing.T, limit config.RateLimit) *fixture {
 	ctx := context.Background()
 	st := testenv.OpenStore(t, testenv.PostgresURL(t))
 	admin, _ := keys.NewAPIKey()
-	org, err := st.CreateOrganizationWithKey(ctx, "shop", &store.APIKey{Label: "a", Username: "a", Prefix: admin[:keys.DisplayLength], Digest: keys.Digest(admin), Permissions: store.Permissions{"admin"}})
+	org, err := st.CreateOrganizationWithKey(ctx, "shop", keyauth.WithSecret(admin, &store.APIKey{Label: "a", Username: "a", Permissions: store.Permissions{"admin"}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,8 +47,8 @@ func newFixture(t *testing.T, limit config.RateLimit) *fixture {
 	}
 	secret, _ := keys.NewAPIKey()
 	user := "app1@shop.example"
-	if err := st.CreateCredential(ctx, &store.APIKey{OrganizationID: org.ID, SendingDomainID: &d.ID, Label: "app", Username: user,
-		Prefix: secret[:keys.DisplayLength], Digest: keys.Digest(secret), Permissions: store.Permissions{"send"}}); err != nil {
+	if err := st.CreateCredential(ctx, keyauth.WithSecret(secret, &store.APIKey{OrganizationID: org.ID, SendingDomainID: &d.ID, Label: "app", Username: user,
+		Permissions: store.Permissions{"send"}})); err != nil {
 		t.Fatal(err)
 	}
 	dead, err := client.NewLazyClient(client.Options{HostPort: testenv.FreeAddr(t)})
