@@ -14,8 +14,12 @@ TEMPORAL_SQL_TOOL   := bin/temporal-sql-tool
 ELEMENTS_VER  := 9.0.25
 # staticcheck for make lint; a release that supports the Go in go.mod.
 STATICCHECK_VER := v0.8.2
+# The Redocly CLI that lints the API description (api/redocly_test.go), from
+# the npm registry into bin/redocly.
+REDOCLY_VER   := 2.11.1
+REDOCLY       := bin/redocly/node_modules/.bin/redocly
 
-.PHONY: run test lint fuzz bench build migrate temporal temporal-server clean docs-assets
+.PHONY: run test lint fuzz bench build migrate temporal temporal-server redocly clean docs-assets
 
 run: $(TEMPORAL_CLI) build
 	bin/mailyard dev
@@ -53,6 +57,13 @@ $(TEMPORAL_SQL_TOOL):
 	GOBIN=$(CURDIR)/bin/.build-temporal-sql-tool $(GO) install go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VER)
 	mv bin/.build-temporal-sql-tool/sql $@
 	rm -rf bin/.build-temporal-sql-tool
+
+# npm is needed for this one only; without it the lint test is skipped, except
+# in CI, where .ci/run installs it first.
+redocly: $(REDOCLY)
+
+$(REDOCLY):
+	npm install --prefix bin/redocly --no-audit --no-fund --silent @redocly/cli@$(REDOCLY_VER)
 
 test: $(TEMPORAL_CLI) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
 	$(GO) vet ./...

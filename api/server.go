@@ -180,6 +180,10 @@ func humaConfig(title, description, bearerDoc string) huma.Config {
 	cfg.Info.Description = description
 	cfg.CreateHooks = nil
 	cfg.DocsPath = ""
+	// Relative to where the document is served: every installation has its
+	// own host, and the reference at /docs and generated clients resolve it
+	// against the URL they fetched the document from.
+	cfg.Servers = []*huma.Server{{URL: "/", Description: "This Mailyard installation (the host that serves this document)."}}
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		bearerScheme: {Type: "http", Scheme: "bearer", Description: bearerDoc},
 	}
@@ -195,7 +199,10 @@ func register[I, O any](s *Server, op huma.Operation, handler func(context.Conte
 	if op.Metadata == nil {
 		op.Metadata = map[string]any{}
 	}
-	if _, public := op.Metadata["public"]; !public {
+	if _, public := op.Metadata["public"]; public {
+		// Said outright: this operation needs no key.
+		op.Security = []map[string][]string{}
+	} else {
 		// OpenAPI 3.1 lets a bearer requirement list roles: the permissions
 		// that admit a key, so the document says which one each operation needs.
 		op.Security = []map[string][]string{{bearerScheme: operationPermissions(&op)}}
