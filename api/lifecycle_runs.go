@@ -42,8 +42,7 @@ func (l *domainLifecycle) Delete(ctx context.Context, orgID, domainID int64) err
 			return err
 		}
 	}
-	_, err := l.temporal.ExecuteWorkflow(ctx, deletion.StartOptions(orgID, domainID), deletion.WorkflowName,
-		deletion.Input{DomainID: domainID, Retain: l.retain})
+	err := deletion.Start(ctx, l.temporal, orgID, deletion.Input{DomainID: domainID, Retain: l.retain})
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
 		return nil // a finished deletion of this domain
@@ -58,14 +57,7 @@ func (l *domainLifecycle) Delete(ctx context.Context, orgID, domainID int64) err
 func (l *domainLifecycle) Rotate(ctx context.Context, orgID, domainID int64) (RotationStarted, error) {
 	ctx, cancel := context.WithTimeout(ctx, rotateBudget)
 	defer cancel()
-	handle, err := l.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: l.temporal.NewWithStartWorkflowOperation(rotation.StartOptions(orgID, domainID), rotation.WorkflowName, l.rotationInput(domainID)),
-		UpdateOptions: client.UpdateWorkflowOptions{
-			WorkflowID:   rotation.WorkflowID(domainID),
-			UpdateName:   rotation.RotateUpdate,
-			WaitForStage: client.WorkflowUpdateStageAccepted,
-		},
-	})
+	handle, err := rotation.RotateNow(ctx, l.temporal, orgID, l.rotationInput(domainID))
 	var st rotation.Status
 	if err == nil {
 		err = handle.Get(ctx, &st)
@@ -95,7 +87,5 @@ func (l *domainLifecycle) rotationFromStore(ctx context.Context, domainID int64)
 // SettingsChanged tells the domain's rotation workflow (started if it is not
 // running: a domain verified before rotation existed) to re-read its settings.
 func (l *domainLifecycle) SettingsChanged(ctx context.Context, orgID, domainID int64) error {
-	_, err := l.temporal.SignalWithStartWorkflow(ctx, rotation.WorkflowID(domainID), rotation.SettingsSignal, nil,
-		rotation.StartOptions(orgID, domainID), rotation.WorkflowName, l.rotationInput(domainID))
-	return err
+	return rotation.SettingsChanged(ctx, l.temporal, orgID, l.rotationInput(domainID))
 }

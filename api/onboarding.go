@@ -49,8 +49,7 @@ func (o *onboardingRuns) input(d *store.Domain) onboarding.Input {
 
 // Start begins onboarding a new domain.
 func (o *onboardingRuns) Start(ctx context.Context, d *store.Domain) error {
-	_, err := o.temporal.ExecuteWorkflow(ctx, onboarding.StartOptions(d.OrganizationID, d.ID), onboarding.WorkflowName, o.input(d))
-	return err
+	return onboarding.Start(ctx, o.temporal, d.OrganizationID, o.input(d))
 }
 
 // Verify checks a domain's records now. A pending domain is checked by its running
@@ -72,14 +71,7 @@ func (o *onboardingRuns) Verify(ctx context.Context, d *store.Domain) error {
 
 	ctx, cancel := context.WithTimeout(ctx, verifyBudget)
 	defer cancel()
-	handle, err := o.temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: o.temporal.NewWithStartWorkflowOperation(onboarding.StartOptions(d.OrganizationID, d.ID), onboarding.WorkflowName, o.input(d)),
-		UpdateOptions: client.UpdateWorkflowOptions{
-			WorkflowID:   onboarding.WorkflowID(d.ID),
-			UpdateName:   onboarding.VerifyUpdate,
-			WaitForStage: client.WorkflowUpdateStageCompleted,
-		},
-	})
+	handle, err := onboarding.VerifyNow(ctx, o.temporal, d.OrganizationID, o.input(d))
 	if err == nil {
 		var res onboarding.VerifyResult
 		err = handle.Get(ctx, &res)

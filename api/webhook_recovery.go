@@ -61,8 +61,7 @@ func (s *Server) recoverWebhook(ctx context.Context, in *RecoverInput) (*Respons
 	}
 	if n > 0 {
 		recoveryID := uuid.NewString()
-		_, err = s.temporal.ExecuteWorkflow(ctx, recovery.StartOptions(w.OrganizationID, w.ID, recoveryID),
-			recovery.WorkflowName, recovery.Input{WebhookID: w.ID, RecoveryID: recoveryID, Since: since, Until: until})
+		err = recovery.Start(ctx, s.temporal, w.OrganizationID, recovery.Input{WebhookID: w.ID, RecoveryID: recoveryID, Since: since, Until: until})
 		if err != nil {
 			return nil, err
 		}

@@ -82,10 +82,7 @@ func (r *Runs) startFirst(ctx context.Context, ids []string, owners map[string]s
 	g.SetLimit(startConcurrency)
 	for _, id := range ids {
 		g.Go(func() error {
-			opts := r.options(id, owners[id])
-			opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
-			opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE
-			_, err := r.Temporal.ExecuteWorkflow(ctx, opts, delivery.WorkflowName, r.input(id))
+			err := delivery.Start(ctx, r.Temporal, r.starting(id, owners[id], delivery.JoinOpen), r.input(id))
 			var started *serviceerror.WorkflowExecutionAlreadyStarted
 			if errors.As(err, &started) {
 				return nil
@@ -148,14 +145,11 @@ func (r *Runs) startReplacing(ctx context.Context, id, recoveryID string) error 
 	if err != nil {
 		return err
 	}
-	opts := r.options(id, owners[id])
-	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING
-	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
+	s := r.starting(id, owners[id], delivery.ReplaceOpen)
 	if recoveryID != "" {
-		opts.Memo = map[string]any{recoveryMemo: recoveryID}
+		s.Memo = map[string]any{recoveryMemo: recoveryID}
 	}
-	_, err = r.Temporal.ExecuteWorkflow(ctx, opts, delivery.WorkflowName, r.input(id))
-	return err
+	return delivery.Start(ctx, r.Temporal, s, r.input(id))
 }
 
 // StartIfIdle starts a series for a pending delivery only if no run is open
@@ -167,11 +161,7 @@ func (r *Runs) StartIfIdle(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	opts := r.options(id, owners[id])
-	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
-	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
-	opts.WorkflowExecutionErrorWhenAlreadyStarted = true
-	_, err = r.Temporal.ExecuteWorkflow(ctx, opts, delivery.WorkflowName, r.input(id))
+	err = delivery.Start(ctx, r.Temporal, r.starting(id, owners[id], delivery.OnlyIfIdle), r.input(id))
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
 		return ErrSeriesRunning
@@ -199,8 +189,8 @@ func (r *Runs) CancelInBackground(ids []string) {
 	}()
 }
 
-func (r *Runs) options(id string, o store.DeliveryOwner) client.StartWorkflowOptions {
-	return delivery.StartOptions(id, o.OrganizationID, o.WebhookID, r.EagerStart)
+func (r *Runs) starting(id string, o store.DeliveryOwner, mode delivery.StartMode) delivery.Starting {
+	return delivery.Starting{DeliveryID: id, OrganizationID: o.OrganizationID, WebhookID: o.WebhookID, Mode: mode, Eager: r.EagerStart}
 }
 
 // owners reads whose the deliveries are (none without a Store).

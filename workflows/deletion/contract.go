@@ -9,6 +9,7 @@
 package deletion
 
 import (
+	"context"
 	"strconv"
 	"time"
 
@@ -73,4 +74,11 @@ func StartOptions(orgID, domainID int64) client.StartWorkflowOptions {
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 	}
+}
+
+// Start starts a domain's deletion; a second start of a deletion that ran
+// is refused with serviceerror.WorkflowExecutionAlreadyStarted.
+func Start(ctx context.Context, c client.Client, orgID int64, in Input) error {
+	_, err := c.ExecuteWorkflow(ctx, StartOptions(orgID, in.DomainID), WorkflowName, in)
+	return err
 }

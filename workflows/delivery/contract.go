@@ -10,7 +10,10 @@
 package delivery
 
 import (
+	"context"
 	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
 
 	"go.temporal.io/sdk/client"
 
@@ -102,12 +105,52 @@ type Result struct {
 	Verdict  Verdict `json:"verdict"`
 }
 
-// StartOptions start a delivery's workflow; eager asks the server to hand
-// the first workflow task back to the starter (a process whose worker
-// shares its client, as `mailyard dev`).
-func StartOptions(deliveryID string, orgID, webhookID int64, eager bool) client.StartWorkflowOptions {
-	owner := searchattr.Owner{OrganizationID: orgID, WebhookID: webhookID}
-	return client.StartWorkflowOptions{ID: WorkflowID(deliveryID), TaskQueue: TaskQueue,
-		TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("delivery " + deliveryID),
-		EnableEagerStart: eager}
+// StartMode says what a start does when the delivery's workflow id already
+// has a run.
+type StartMode int
+
+const (
+	// JoinOpen joins an open run and refuses (AlreadyStarted) after a
+	// closed one: the first start of a new delivery.
+	JoinOpen StartMode = iota
+	// ReplaceOpen terminates an open run and starts a new series: a retry
+	// or redelivery of a delivery that has just turned pending again.
+	ReplaceOpen
+	// OnlyIfIdle refuses (AlreadyStarted) while a run is open.
+	OnlyIfIdle
+)
+
+// Starting is one start of a delivery's workflow.
+type Starting struct {
+	DeliveryID                string
+	OrganizationID, WebhookID int64
+	Mode                      StartMode
+	// Eager asks the server to hand the first workflow task back to the
+	// starter (a process whose worker shares its client, as `mailyard dev`).
+	Eager bool
+	// Memo is shown with the run (ids only), e.g. the recovery that
+	// started it.
+	Memo map[string]any
+}
+
+// Start starts a delivery's workflow as s says.
+func Start(ctx context.Context, c client.Client, s Starting, in Input) error {
+	owner := searchattr.Owner{OrganizationID: s.OrganizationID, WebhookID: s.WebhookID}
+	opts := client.StartWorkflowOptions{ID: WorkflowID(s.DeliveryID), TaskQueue: TaskQueue,
+		TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("delivery " + s.DeliveryID),
+		EnableEagerStart: s.Eager, Memo: s.Memo}
+	switch s.Mode {
+	case JoinOpen:
+		opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
+		opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE
+	case ReplaceOpen:
+		opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING
+		opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
+	case OnlyIfIdle:
+		opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
+		opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
+		opts.WorkflowExecutionErrorWhenAlreadyStarted = true
+	}
+	_, err := c.ExecuteWorkflow(ctx, opts, WorkflowName, in)
+	return err
 }

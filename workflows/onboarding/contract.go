@@ -8,6 +8,7 @@
 package onboarding
 
 import (
+	"context"
 	"strconv"
 	"time"
 
@@ -151,4 +152,24 @@ func StartOptions(orgID, domainID int64) client.StartWorkflowOptions {
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
 	}
+}
+
+// Start starts a domain's onboarding, or joins the run that is open.
+func Start(ctx context.Context, c client.Client, orgID int64, in Input) error {
+	_, err := c.ExecuteWorkflow(ctx, StartOptions(orgID, in.DomainID), WorkflowName, in)
+	return err
+}
+
+// VerifyNow asks the domain's onboarding, started if no run is open, to
+// check the records now (the verify update), and returns once the check
+// has completed.
+func VerifyNow(ctx context.Context, c client.Client, orgID int64, in Input) (client.WorkflowUpdateHandle, error) {
+	return c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: c.NewWithStartWorkflowOperation(StartOptions(orgID, in.DomainID), WorkflowName, in),
+		UpdateOptions: client.UpdateWorkflowOptions{
+			WorkflowID:   WorkflowID(in.DomainID),
+			UpdateName:   VerifyUpdate,
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
 }

@@ -7,6 +7,7 @@
 package recovery
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -98,4 +99,10 @@ func StartOptions(orgID, webhookID int64, recoveryID string) client.StartWorkflo
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 	}
+}
+
+// Start starts a recovery of a webhook's failed deliveries.
+func Start(ctx context.Context, c client.Client, orgID int64, in Input) error {
+	_, err := c.ExecuteWorkflow(ctx, StartOptions(orgID, in.WebhookID, in.RecoveryID), WorkflowName, in)
+	return err
 }

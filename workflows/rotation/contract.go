@@ -126,3 +126,24 @@ func Start(ctx context.Context, c client.Client, orgID int64, in Input) error {
 	_, err := c.ExecuteWorkflow(ctx, StartOptions(orgID, in.DomainID), WorkflowName, in)
 	return err
 }
+
+// RotateNow asks the domain's rotation workflow, started if it is not
+// running, to rotate now (the rotate update), and returns once the update
+// is accepted.
+func RotateNow(ctx context.Context, c client.Client, orgID int64, in Input) (client.WorkflowUpdateHandle, error) {
+	return c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: c.NewWithStartWorkflowOperation(StartOptions(orgID, in.DomainID), WorkflowName, in),
+		UpdateOptions: client.UpdateWorkflowOptions{
+			WorkflowID:   WorkflowID(in.DomainID),
+			UpdateName:   RotateUpdate,
+			WaitForStage: client.WorkflowUpdateStageAccepted,
+		},
+	})
+}
+
+// SettingsChanged tells the domain's rotation workflow, started if it is
+// not running, to read its settings again.
+func SettingsChanged(ctx context.Context, c client.Client, orgID int64, in Input) error {
+	_, err := c.SignalWithStartWorkflow(ctx, WorkflowID(in.DomainID), SettingsSignal, nil, StartOptions(orgID, in.DomainID), WorkflowName, in)
+	return err
+}
