@@ -139,9 +139,36 @@ func TestScheduledAndBatchSending(t *testing.T) {
 			t.Fatalf("item %d is %v", i, e)
 		}
 	}
+	// With an Idempotency-Key, a batch is one request: the same again gets
+	// the same ids, and stores nothing more.
+	first, err := postWithKey(s.apiURL, key, "/api/v1/emails/batch", "batch-key-1", items[:3])
+	if err != nil || first.status != 202 {
+		t.Fatalf("keyed batch: %v %+v", err, first)
+	}
+	again, err := postWithKey(s.apiURL, key, "/api/v1/emails/batch", "batch-key-1", items[:3])
+	if err != nil || again.status != 202 || !again.replayed || !bytes.Equal(again.body, first.body) {
+		t.Fatalf("the same keyed batch again: %v %+v, first %s", err, again, first.body)
+	}
+	n, cursor := 0, ""
+	for {
+		page := s.callAs(key, "GET", "/api/v1/emails?limit=100"+cursor, nil, 200)
+		n += len(page["emails"].([]any))
+		next, _ := page["next_cursor"].(string)
+		if next == "" {
+			break
+		}
+		cursor = "&cursor=" + next
+	}
+	if n != 3+100+3 {
+		t.Fatalf("%d emails after a keyed batch sent twice, want %d", n, 3+100+3)
+	}
 	testenv.Eventually(t, 2*time.Minute, "the batch delivered", func() bool {
 		for i := range items {
-			if len(mx.received(fmt.Sprintf("batch%d@rcpt.example", i))) != 1 {
+			want := 1
+			if i < 3 {
+				want = 2 // also in the keyed batch
+			}
+			if len(mx.received(fmt.Sprintf("batch%d@rcpt.example", i))) != want {
 				return false
 			}
 		}

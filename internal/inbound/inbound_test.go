@@ -5,13 +5,16 @@ import (
 	"context"
 	"log/slog"
 	"net/smtp"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"go.temporal.io/sdk/client"
 
 	"github.com/mailyard/mailyard/internal/bouncetag"
 	"github.com/mailyard/mailyard/internal/inbound"
+	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/testenv"
 	inboundwf "github.com/mailyard/mailyard/workflows/inbound"
@@ -90,5 +93,61 @@ func TestTemporalDownNeverBlocksThe250(t *testing.T) {
 	var m store.InboundMessage
 	if err := st.DB.NewSelect().Model(&m).Where("id = ?", rows[0].ID).Scan(context.Background()); err != nil || string(m.Raw) != msg {
 		t.Fatalf("stored bytes %q, %v", m.Raw, err)
+	}
+}
+
+// RCPT TO takes an email's stored envelope sender only: the untagged form
+// of an email sent before tags, not the tagged form of that email, nor a
+// well-tagged address of an email that does not exist.
+func TestRecipientsAreTheStoredEnvelopeSenders(t *testing.T) {
+	ctx := context.Background()
+	st := testenv.OpenStore(t, testenv.PostgresURL(t))
+	tags, _ := bouncetag.New(bytes.Repeat([]byte{2}, 32))
+	secret, row, err := keyauth.New("boot", "boot", store.Permissions{"admin"})
+	if err != nil || secret == "" {
+		t.Fatal(err)
+	}
+	org, err := st.CreateOrganizationWithKey(ctx, "shop", row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &store.Domain{OrganizationID: org.ID, Domain: "shop.example", MailFromSubdomain: "mail.shop.example", DKIMToken: "tok", Status: store.DomainVerified}
+	if err := st.CreateDomain(ctx, d, nil); err != nil {
+		t.Fatal(err)
+	}
+	old := uuid.Must(uuid.NewV7()).String()
+	if err := st.CreateEmail(ctx, &store.Email{ID: old, OrganizationID: org.ID, DomainID: d.ID, FromAddress: "a@shop.example", Subject: "s"}, []string{"ada@rcpt.example"}); err != nil {
+		t.Fatal(err)
+	}
+	// As the migration left an email sent before tags.
+	if _, err := st.SetEnvelopeSender(ctx, old, bouncetag.Untagged(old, "mail.shop.example")); err != nil {
+		t.Fatal(err)
+	}
+	dead, _ := client.NewLazyClient(client.Options{HostPort: testenv.FreeAddr(t)})
+	defer dead.Close()
+	addr := serve(t, &inbound.Backend{Store: st, Temporal: dead, Tags: tags, BounceHost: "bounces.example", Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+
+	rcpt := func(to string) error {
+		c, err := smtp.Dial(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if err := c.Mail(""); err != nil {
+			t.Fatal(err)
+		}
+		return c.Rcpt(to)
+	}
+	if err := rcpt(strings.ToUpper(bouncetag.Untagged(old, "mail.shop.example"))); err != nil {
+		t.Fatalf("the untagged sender of an old email: %v", err)
+	}
+	for _, to := range []string{
+		tags.Sender(old, "mail.shop.example"),
+		tags.Sender(uuid.Must(uuid.NewV7()).String(), "mail.shop.example"),
+		bouncetag.Untagged(old, "other.example"),
+	} {
+		if err := rcpt(to); err == nil || !strings.Contains(err.Error(), "550") {
+			t.Fatalf("RCPT TO %s: %v, want 550 5.1.1", to, err)
+		}
 	}
 }
