@@ -46,16 +46,6 @@ func (s *Store) VerifiedDomainOrganizations(ctx context.Context, name string) ([
 	return owners, err
 }
 
-// ingestedCounters are the rollup counters of the email events that ingest
-// accepts.
-var ingestedCounters = map[string]StatCounter{
-	"delivered":  StatDelivered,
-	"bounced":    StatBounced,
-	"complained": StatComplained,
-	"opened":     StatOpened,
-	"clicked":    StatClicked,
-}
-
 // IngestEvent stores an event and one pending delivery, carrying body, per
 // enabled webhook of the owners' organizations that subscribes to its type, in
 // one transaction. In the same transaction it counts the event in each owner's
@@ -158,10 +148,10 @@ func fanOutEvent(ctx context.Context, db bun.IDB, ev *Event, orgIDs []int64, bod
 // countIngested records a newly stored event in one owner's statistics and,
 // for a complaint, its suppression list.
 func countIngested(ctx context.Context, tx bun.Tx, ev *Event, o DomainOwner) error {
-	if c, ok := ingestedCounters[ev.EventType]; ok {
-		if err := CountEmailEvent(ctx, tx, o.OrganizationID, o.DomainID, c, ev.OccurredAt, 1); err != nil {
-			return err
-		}
+	// Every email event type has the rollup counter of its name; one without
+	// is refused here (and the transaction with it) rather than not counted.
+	if err := CountEmailEvent(ctx, tx, o.OrganizationID, o.DomainID, StatCounter(ev.EventType), ev.OccurredAt, 1); err != nil {
+		return err
 	}
 	// An ingested bounce does not say whether it was hard or soft, so it
 	// suppresses nothing; the platform's own hard bounces do.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/testenv"
 )
@@ -297,4 +298,14 @@ func TestIngestCountsNewEventsOnceAndSuppressesComplaints(t *testing.T) {
 			t.Fatalf("an organization without the domain verified counted %+v", got)
 		}
 	})
+}
+
+// Every email event type of the catalogue has the statistics counter of its
+// name, so ingest counts each one and refuses nothing it accepts.
+func TestEveryEmailEventTypeHasACounter(t *testing.T) {
+	for _, typ := range eventtype.Email() {
+		if !store.StatCounter(typ).Valid() {
+			t.Errorf("email event type %s has no statistics counter", typ)
+		}
+	}
 }
