@@ -130,11 +130,17 @@ func TestDomainLifecycleEndToEnd(t *testing.T) {
 	})
 	dkim = dom["dkim"].(map[string]any)
 	assertKeys(t, dkim, map[string]string{sel2: "active", sel1: "standby"})
-	// The next cycle waits in a new run of the same workflow type.
-	desc, err := s.temporalC.DescribeWorkflowExecution(context.Background(), rotation.WorkflowID(id), "")
-	if err != nil || desc.WorkflowExecutionInfo.Type.Name != rotation.WorkflowName || desc.WorkflowExecutionInfo.Execution.RunId == rotationRun {
-		t.Fatalf("rotation workflow after a cycle: %v %v", desc, err)
-	}
+	// The next cycle waits in a new run of the same workflow type. The run
+	// continues as new in the workflow task after the one that recorded the
+	// rotation's end, so the new run may appear a moment after the database
+	// says the rotation is done.
+	testenv.Eventually(t, 30*time.Second, "a new rotation run", func() bool {
+		desc, err := s.temporalC.DescribeWorkflowExecution(context.Background(), rotation.WorkflowID(id), "")
+		if err != nil || desc.WorkflowExecutionInfo.Type.Name != rotation.WorkflowName {
+			t.Fatalf("rotation workflow after a cycle: %v %v", desc, err)
+		}
+		return desc.WorkflowExecutionInfo.Execution.RunId != rotationRun
+	})
 	if dkim["rotation"].(map[string]any)["last_rotated_at"] == nil {
 		t.Fatalf("no last_rotated_at: %v", dkim)
 	}
