@@ -72,8 +72,9 @@ func TestMeasureSizing(t *testing.T) {
 	domainID, _, _ := verifiedDomain(t, s, "shop.example")
 	key := s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": domainID, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
 
-	// writes is the rows written so far in each database (statistics are
-	// flushed within a second of each transaction; the caller waits first).
+	// writes is the rows written so far in each database. A backend flushes
+	// its statistics at most once a second, and an idle one only after 10 s
+	// (PostgreSQL 15), so snapshot waits 12 s first.
 	writes := func(db string) int64 {
 		var w int64
 		if err := admin.QueryRow("SELECT tup_inserted + tup_updated + tup_deleted FROM pg_stat_database WHERE datname = $1", db).Scan(&w); err != nil {
@@ -82,7 +83,7 @@ func TestMeasureSizing(t *testing.T) {
 		return w
 	}
 	snapshot := func() (int64, int64) {
-		time.Sleep(3 * time.Second)
+		time.Sleep(12 * time.Second)
 		var tw int64
 		for _, db := range temporalDBs {
 			tw += writes(db)
