@@ -9,67 +9,81 @@ import (
 	"time"
 )
 
-// certReloader serves the certificate of a PEM pair and loads it again when
-// either file changes, so a renewed certificate needs no restart. A pair
-// that does not load keeps the previous certificate in use.
+// certReloader serves the certificate of TLSCertFile/TLSKeyFile and picks up
+// a renewed one without a restart (certificates are renewed by tools that
+// rewrite the files, and a stale certificate makes senders fall back to
+// plain text or fail). It looks at the files' mtime and size at most once
+// per interval, so a busy server does not stat on every handshake.
 type certReloader struct {
 	certFile, keyFile string
-	logger            *slog.Logger
+	log               *slog.Logger
+	interval          time.Duration // a field so that tests can shorten it
 
-	mu        sync.Mutex
-	cert      *tls.Certificate
-	stamp     string
-	checkedAt time.Time
+	mu      sync.Mutex
+	cert    *tls.Certificate
+	seen    [2]fileStamp // of the pair last tried, loaded or not
+	checked time.Time
 }
 
-// recheckEvery bounds how often a handshake looks at the files.
-const recheckEvery = time.Second
+type fileStamp struct {
+	mtime time.Time
+	size  int64
+}
 
-func newCertReloader(certFile, keyFile string, logger *slog.Logger) (*certReloader, error) {
-	r := &certReloader{certFile: certFile, keyFile: keyFile, logger: logger}
-	stamp, err := r.fileStamp()
+func newCertReloader(certFile, keyFile string, log *slog.Logger) (*certReloader, error) {
+	r := &certReloader{certFile: certFile, keyFile: keyFile, log: log, interval: time.Second}
+	stamps, err := r.stat()
 	if err != nil {
-		return nil, fmt.Errorf("smtp TLS: %w", err)
+		return nil, fmt.Errorf("smtpserver: TLS certificate: %w", err)
 	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("smtp TLS (MAILYARD_SMTP_TLS_CERT, MAILYARD_SMTP_TLS_KEY): %w", err)
+		return nil, fmt.Errorf("smtpserver: TLS certificate: %w", err)
 	}
-	r.cert, r.stamp, r.checkedAt = &cert, stamp, time.Now()
+	r.cert, r.seen, r.checked = &cert, stamps, time.Now()
 	return r, nil
 }
 
-// fileStamp identifies the files' current contents by size and time.
-func (r *certReloader) fileStamp() (string, error) {
-	stamp := ""
-	for _, f := range []string{r.certFile, r.keyFile} {
-		fi, err := os.Stat(f)
+func (r *certReloader) stat() ([2]fileStamp, error) {
+	var stamps [2]fileStamp
+	for i, name := range []string{r.certFile, r.keyFile} {
+		fi, err := os.Stat(name)
 		if err != nil {
-			return "", err
+			return stamps, err
 		}
-		stamp += fmt.Sprintf("%d:%d;", fi.Size(), fi.ModTime().UnixNano())
+		stamps[i] = fileStamp{fi.ModTime(), fi.Size()}
 	}
-	return stamp, nil
+	return stamps, nil
 }
 
-func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+// getCertificate is tls.Config.GetCertificate. When the files changed it
+// loads the new pair; if that fails (a half-written renewal, a key that does
+// not match) it logs and keeps serving the old certificate, and tries again
+// when the files change again.
+func (r *certReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if time.Since(r.checkedAt) < recheckEvery {
+	now := time.Now()
+	if now.Sub(r.checked) < r.interval {
 		return r.cert, nil
 	}
-	r.checkedAt = time.Now()
-	stamp, err := r.fileStamp()
-	if err != nil || stamp == r.stamp {
+	r.checked = now
+	stamps, err := r.stat()
+	if err != nil {
+		r.log.Error("smtp server: cannot stat TLS certificate, keeping the old one", "error", err)
 		return r.cert, nil
 	}
+	if stamps == r.seen {
+		return r.cert, nil
+	}
+	r.seen = stamps
 	cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
 	if err != nil {
-		// Possibly half-written: the next check tries again.
-		r.logger.Warn("smtp TLS: the changed certificate does not load; keeping the previous one", "error", err)
+		r.log.Error("smtp server: cannot load the changed TLS certificate, keeping the old one",
+			"cert_file", r.certFile, "key_file", r.keyFile, "error", err)
 		return r.cert, nil
 	}
-	r.cert, r.stamp = &cert, stamp
-	r.logger.Info("smtp TLS: certificate reloaded", "file", r.certFile)
+	r.cert = &cert
+	r.log.Info("smtp server: reloaded TLS certificate", "cert_file", r.certFile)
 	return r.cert, nil
 }

@@ -1,263 +1,274 @@
-// Package smtpserver holds the rules every SMTP listener of Mailyard
-// follows (docs/smtp.md), so the bounce host (internal/inbound) and
-// submission share one implementation: the message size limit, the idle
-// time-out, the connection cap, the extensions, the refusal of bare line
-// endings (SMTP smuggling), STARTTLS with certificates re-read when they
-// change, and the replies for "try again later". What a server accepts is
-// its smtp.Backend's business.
+// Package smtpserver holds the listener rules that both of Mailyard's SMTP
+// servers follow: `mailyard inbound` (the MX of the bounce host) and
+// `mailyard submission` (customers' applications, with AUTH). What differs
+// between the two (which recipients are accepted, where a message is stored,
+// how AUTH works) is the caller's smtp.Backend and smtp.Session; what must
+// not differ lives here, so that it cannot drift apart. The rules are
+// documented for operators in the repository's docs/smtp.md.
+//
+// On every listener:
+//
+//   - A message is at most Config.MaxMessageBytes (10 MiB by default),
+//     advertised with SIZE; a larger one gets 552 5.3.4.
+//   - A connection that sends or receives nothing for Config.IdleTimeout
+//     (5 minutes by default) is closed, also in the middle of DATA.
+//   - At most Config.MaxConnections (500 by default) connections are open at
+//     once; one more gets "421 4.7.0 <hostname> Too many connections, try
+//     again later" and is closed before any SMTP session starts, without the
+//     accept loop waiting for it (under implicit TLS it is closed without the
+//     421, which it could not read).
+//   - 8BITMIME, SMTPUTF8, PIPELINING, ENHANCEDSTATUSCODES and CHUNKING are
+//     advertised, STARTTLS when a certificate is configured.
+//   - Only <CRLF>.<CRLF> ends DATA, and a message containing a bare <CR> or
+//     bare <LF> is refused with 550 5.6.0 by ReadMessage, which every
+//     Session's Data must use. Together this is the SMTP smuggling defence:
+//     no sequence such as <LF>.<LF> can end a message here, and no message
+//     containing one is stored, so none can be relayed to a server that would
+//     end a message there. (The one bare <CR> that ReadMessage cannot see,
+//     right after a dot that starts a line, is dropped by go-smtp's
+//     dot-unstuffing, so it is never stored either.) CHUNKING (BDAT) stays
+//     on: its chunks reach ReadMessage unchanged and get the same check.
+//   - STARTTLS (and implicit TLS through Server.ServeTLS) use TLS 1.2 or
+//     newer with a certificate that is re-read from disk when its files
+//     change.
 package smtpserver
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/emersion/go-smtp"
 )
 
-// Defaults of docs/smtp.md.
+// Defaults for the zero values of Config.
 const (
+	DefaultMaxConnections  = 500
 	DefaultMaxMessageBytes = 10 << 20
 	DefaultIdleTimeout     = 5 * time.Minute
-	DefaultMaxConnections  = 500
 )
 
-// ErrBareLineEnding refuses data with a <CR> or <LF> that is not part of a
-// <CRLF> pair: such data could hide an end of data that another server
-// reads differently (SMTP smuggling).
-var ErrBareLineEnding = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 6, 0}, Message: "Bare CR or LF in the message data is not accepted; end lines with CRLF"}
-
-// ErrUnavailable asks the client to try again later, for a session that
-// cannot reach the database: the sender keeps the message.
-var ErrUnavailable = &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "Temporary failure, try again later"}
-
-// Config is a listener's configuration; zero fields take the defaults.
-type Config struct {
-	// Hostname is the name in the greeting and the EHLO answer.
-	Hostname        string
-	MaxConnections  int
-	MaxMessageBytes int64
-	IdleTimeout     time.Duration
-	// MaxRecipients caps RCPT TO per message (452 4.5.3 beyond); 0: none.
-	MaxRecipients int
-	// TLSCertFile and TLSKeyFile are PEM files: with them STARTTLS is
-	// offered (and ServeTLS works), and they are re-read when they change.
-	TLSCertFile, TLSKeyFile string
-	// AllowInsecureAuth offers AUTH without TLS (tests, loopback only).
-	AllowInsecureAuth bool
-	Logger            *slog.Logger
-}
-
-// Server is one SMTP server with Mailyard's rules.
-type Server struct {
-	smtp   *smtp.Server
-	cfg    Config
-	logger *slog.Logger
-	slots  chan struct{}
-}
-
-// New builds a server for backend.
-func New(cfg Config, backend smtp.Backend) (*Server, error) {
-	if cfg.MaxConnections <= 0 {
-		cfg.MaxConnections = DefaultMaxConnections
-	}
-	if cfg.MaxMessageBytes <= 0 {
-		cfg.MaxMessageBytes = DefaultMaxMessageBytes
-	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = DefaultIdleTimeout
-	}
-	if cfg.Hostname == "" {
-		cfg.Hostname = "localhost"
-	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	s := smtp.NewServer(backend)
-	s.Domain = cfg.Hostname
-	s.MaxMessageBytes = cfg.MaxMessageBytes
-	s.MaxRecipients = cfg.MaxRecipients
-	s.ReadTimeout, s.WriteTimeout = cfg.IdleTimeout, cfg.IdleTimeout
-	s.EnableSMTPUTF8 = true
-	s.AllowInsecureAuth = cfg.AllowInsecureAuth
-	s.ErrorLog = errorLog{logger}
-	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
-		return nil, errors.New("smtp TLS: set both the certificate and the key, or neither")
-	}
-	if cfg.TLSCertFile != "" {
-		certs, err := newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, logger)
-		if err != nil {
-			return nil, err
-		}
-		s.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.get}
-	}
-	return &Server{smtp: s, cfg: cfg, logger: logger, slots: make(chan struct{}, cfg.MaxConnections)}, nil
-}
-
-// Serve serves SMTP (with STARTTLS when a certificate is set) on ln until
-// Shutdown or Close.
-func (s *Server) Serve(ln net.Listener) error {
-	return s.serve(&cappedListener{Listener: ln, s: s})
-}
-
-// ServeTLS serves SMTP over implicit TLS (the whole connection is TLS) on ln.
-func (s *Server) ServeTLS(ln net.Listener) error {
-	if s.smtp.TLSConfig == nil {
-		return errors.New("implicit TLS needs MAILYARD_SMTP_TLS_CERT and MAILYARD_SMTP_TLS_KEY")
-	}
-	return s.serve(tls.NewListener(&cappedListener{Listener: ln, s: s}, s.smtp.TLSConfig))
-}
-
-func (s *Server) serve(ln net.Listener) error {
-	err := s.smtp.Serve(ln)
-	if errors.Is(err, smtp.ErrServerClosed) {
-		return nil
-	}
-	return err
-}
-
-// Shutdown stops accepting and waits for open sessions to end, until ctx
-// ends; then it closes them.
-func (s *Server) Shutdown(ctx context.Context) error {
-	err := s.smtp.Shutdown(ctx)
-	if errors.Is(err, smtp.ErrServerClosed) {
-		return nil
-	}
-	if err != nil {
-		_ = s.smtp.Close()
-	}
-	return err
-}
-
-// Close stops the server and drops open connections.
-func (s *Server) Close() error {
-	if err := s.smtp.Close(); err != nil && !errors.Is(err, smtp.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
-
-// cappedListener hands the SMTP server at most MaxConnections connections
-// at a time. One more is answered 421 and closed here, without an SMTP
-// session, so a flood costs a write and a close, and the accept loop never
-// waits for a slot.
-type cappedListener struct {
-	net.Listener
-	s *Server
-}
-
-// rejectWriteTimeout bounds the 421 to a client that does not read.
+// rejectWriteTimeout bounds the write of the 421 to a connection over the
+// limit, so that a client that does not read cannot hold the socket.
 const rejectWriteTimeout = 2 * time.Second
 
-func (l *cappedListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
+// maxLineLength is go-smtp's default, kept on purpose. RFC 5321 allows 512
+// octets for a command line and 1000 for a text line; go-smtp applies one
+// limit to both (counting from one <LF> to the next, DATA included, BDAT
+// chunks excluded) and doubles the larger one, so that sloppy senders, such
+// as bounces of broken MTAs, still get through while memory stays bounded.
+// A longer line (2000 bytes counting its <CRLF>) fails the message with
+// 554 5.0.0 and ends the connection with 500 5.4.0.
+const maxLineLength = 2000
+
+// Config is what a caller chooses; everything else is a rule of the package.
+type Config struct {
+	// Hostname is the domain in the greeting, in the EHLO reply and in the
+	// 421 to connections over the limit. Required.
+	Hostname string
+	// MaxConnections caps open connections across all listeners of this
+	// Server. 0 means DefaultMaxConnections.
+	MaxConnections int
+	// MaxMessageBytes caps one message, advertised as SIZE and checked
+	// for MAIL FROM's SIZE=, for DATA and for BDAT. 0 means
+	// DefaultMaxMessageBytes. go-smtp v0.25.1's DATA reader needs one byte
+	// of the budget to see the end marker, so over DATA (not BDAT) a
+	// message of exactly MaxMessageBytes gets 552 too; one byte less passes.
+	MaxMessageBytes int64
+	// MaxRecipients caps RCPT per message (advertised as LIMITS RCPTMAX);
+	// one more gets 452 4.5.3. 0 means no cap.
+	MaxRecipients int
+	// IdleTimeout closes a connection on which nothing is read or written
+	// for that long. 0 means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// TLSCertFile and TLSKeyFile are a PEM certificate chain and its key:
+	// both or neither. With them STARTTLS is offered and ServeTLS works.
+	// They are re-read when they change on disk (certificate renewal).
+	TLSCertFile, TLSKeyFile string
+	// AllowInsecureAuth offers AUTH before STARTTLS. Only for tests and
+	// trusted networks: without it AUTH is offered only under TLS.
+	AllowInsecureAuth bool
+	// Logger receives go-smtp's internal errors and certificate reloads.
+	// Nil means slog.Default(). Message contents are never logged.
+	Logger *slog.Logger
+}
+
+// Server is one SMTP server with the rules above. It may serve several
+// listeners (for example :587 with Serve and :465 with ServeTLS); they share
+// the connection limit.
+type Server struct {
+	smtp   *smtp.Server
+	log    *slog.Logger
+	host   string
+	idle   time.Duration
+	certs  *certReloader // nil without a certificate
+	slots  chan struct{} // one token per open connection
+	reject chan struct{} // one token per 421 being written
+
+	mu    sync.Mutex
+	conns map[*limitedConn]struct{}
+}
+
+// New checks cfg and builds a Server around backend. It loads the certificate
+// once, so a broken configuration fails at start and not at the first
+// STARTTLS.
+func New(cfg Config, backend smtp.Backend) (*Server, error) {
+	if cfg.Hostname == "" {
+		return nil, errors.New("smtpserver: Hostname is required")
+	}
+	if backend == nil {
+		return nil, errors.New("smtpserver: backend is required")
+	}
+	if cfg.MaxConnections < 0 || cfg.MaxMessageBytes < 0 || cfg.MaxRecipients < 0 || cfg.IdleTimeout < 0 {
+		return nil, errors.New("smtpserver: limits must not be negative")
+	}
+	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
+		return nil, errors.New("smtpserver: TLSCertFile and TLSKeyFile go together")
+	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+
+	s := &Server{
+		log:   cfg.Logger,
+		host:  cfg.Hostname,
+		idle:  cfg.IdleTimeout,
+		slots: make(chan struct{}, cfg.MaxConnections),
+		// As many 421s in flight as connections served (at least 64):
+		// refusing costs no more sockets than serving. Past that, in a
+		// flood, extra connections are closed without a reply.
+		reject: make(chan struct{}, max(cfg.MaxConnections, 64)),
+		conns:  make(map[*limitedConn]struct{}),
+	}
+
+	srv := smtp.NewServer(backend)
+	srv.Domain = cfg.Hostname
+	srv.MaxMessageBytes = cfg.MaxMessageBytes
+	srv.MaxRecipients = cfg.MaxRecipients
+	srv.MaxLineLength = maxLineLength
+	// go-smtp sets these before every command line and reply; limitedConn
+	// also pushes the read deadline on while data arrives, which makes it an
+	// idle timeout that covers a long DATA as well.
+	srv.ReadTimeout = cfg.IdleTimeout
+	srv.WriteTimeout = cfg.IdleTimeout
+	srv.AllowInsecureAuth = cfg.AllowInsecureAuth
+	// go-smtp always advertises PIPELINING, 8BITMIME, ENHANCEDSTATUSCODES and
+	// CHUNKING. CHUNKING stays: BDAT hands the Session the chunks' bytes as
+	// they are, so ReadMessage applies the same bare <CR>/<LF> check to them,
+	// and a length-counted chunk has no end marker to smuggle anyway.
+	// BINARYMIME, which would make bare line endings legal, stays off.
+	srv.EnableSMTPUTF8 = true
+	srv.ErrorLog = slogLogger{cfg.Logger}
+
+	if cfg.TLSCertFile != "" {
+		certs, err := newCertReloader(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.Logger)
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case l.s.slots <- struct{}{}:
-			return &slotConn{Conn: c, slots: l.s.slots}, nil
-		default:
-			go l.s.refuse(c)
-		}
+		s.certs = certs
+		srv.TLSConfig = s.tlsConfig()
+	}
+	s.smtp = srv
+	return s, nil
+}
+
+func (s *Server) tlsConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: s.certs.getCertificate,
 	}
 }
 
-func (s *Server) refuse(c net.Conn) {
-	_ = c.SetWriteDeadline(time.Now().Add(rejectWriteTimeout))
-	_, _ = fmt.Fprintf(c, "421 4.7.0 %s Too many connections, try again later\r\n", s.cfg.Hostname)
-	_ = c.Close()
+// Serve accepts plain connections on ln (STARTTLS is offered when a
+// certificate is configured) until Shutdown or Close. Like net/http it
+// returns nil after those.
+func (s *Server) Serve(ln net.Listener) error {
+	return s.smtp.Serve(s.limit(ln, true))
 }
 
-// slotConn frees its slot when it is closed, once (go-smtp may close a
-// connection from two goroutines).
-type slotConn struct {
-	net.Conn
-	slots chan struct{}
-	once  sync.Once
-	// closeAfterWrite closes the connection once the next write is done.
-	closeAfterWrite atomic.Bool
-}
-
-func (c *slotConn) Write(p []byte) (int, error) {
-	n, err := c.Conn.Write(p)
-	if c.closeAfterWrite.Load() {
-		_ = c.Close()
+// ServeTLS accepts implicit-TLS connections on ln (submission's :465) until
+// Shutdown or Close, with the same certificate as STARTTLS. It fails at once
+// without a certificate.
+//
+// A connection over the limit is closed without the 421 here: the client
+// expects a TLS handshake first, and spending one on a connection that is
+// refused would defeat the limit.
+func (s *Server) ServeTLS(ln net.Listener) error {
+	if s.certs == nil {
+		return errors.New("smtpserver: ServeTLS needs TLSCertFile and TLSKeyFile")
 	}
-	return n, err
+	return s.smtp.Serve(tls.NewListener(s.limit(ln, false), s.tlsConfig()))
 }
 
-func (c *slotConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() { <-c.slots })
+// Shutdown stops accepting, then waits for open connections to end by
+// themselves. If ctx ends first, it closes them and returns ctx's error.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.smtp.Shutdown(ctx)
+	if ctx.Err() != nil {
+		// go-smtp leaves the connections open here, and its Close refuses
+		// to run after a Shutdown, so they are closed through our tracking.
+		s.closeConns()
+	}
+	if errors.Is(err, smtp.ErrServerClosed) {
+		return nil
+	}
 	return err
 }
 
-// CloseAfterReply closes a session's connection as soon as the reply being
-// prepared has been written: a session ends a connection (after three
-// failed AUTHs) with a 421 the client still reads. go-smtp writes each
-// reply in one write, through TLS too.
-func CloseAfterReply(c *smtp.Conn) {
-	nc := c.Conn()
-	if t, ok := nc.(*tls.Conn); ok {
-		nc = t.NetConn()
+// Close stops accepting and closes every connection at once.
+func (s *Server) Close() error {
+	err := s.smtp.Close()
+	s.closeConns()
+	if errors.Is(err, smtp.ErrServerClosed) {
+		return nil
 	}
-	if sc, ok := nc.(*slotConn); ok {
-		sc.closeAfterWrite.Store(true)
+	return err
+}
+
+func (s *Server) closeConns() {
+	s.mu.Lock()
+	conns := make([]*limitedConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
 	}
 }
 
-// ReadMessage reads a message's data (DATA or BDAT) whole and refuses it
-// with ErrBareLineEnding if any <CR> or <LF> is not part of a <CRLF> pair;
-// go-smtp's own errors (ErrDataTooLarge, a dropped connection) come back
-// as they are, so nothing is stored for them.
-func ReadMessage(r io.Reader) ([]byte, error) {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return nil, err
-	}
-	if HasBareLineEnding(b) {
-		return nil, ErrBareLineEnding
-	}
-	return b, nil
+// ErrUnavailable is for a Session to return when it cannot do its work for
+// now, typically because the database is unreachable: the client keeps the
+// message and tries again later.
+var ErrUnavailable = &smtp.SMTPError{
+	Code:         451,
+	EnhancedCode: smtp.EnhancedCode{4, 3, 0},
+	Message:      "Temporary failure, try again later",
 }
 
-// HasBareLineEnding reports whether b holds a <CR> not followed by <LF> or
-// an <LF> not preceded by <CR>.
-func HasBareLineEnding(b []byte) bool {
-	for i := 0; i < len(b); {
-		j := bytes.IndexAny(b[i:], "\r\n")
-		if j < 0 {
-			return false
-		}
-		i += j
-		if b[i] == '\n' || i+1 == len(b) || b[i+1] != '\n' {
-			return true
-		}
-		i += 2
-	}
-	return false
+// slogLogger routes go-smtp's ErrorLog to slog. go-smtp only logs connection
+// errors and panics there (addresses, errors, stacks), never message data:
+// its Debug writer, which would, is never set.
+type slogLogger struct{ l *slog.Logger }
+
+func (l slogLogger) Printf(format string, v ...any) {
+	l.l.Warn("smtp server: " + fmt.Sprintf(format, v...))
 }
 
-// errorLog routes go-smtp's own messages (failed accepts, TLS handshakes,
-// panics in a session) to the logger. They never hold message content.
-type errorLog struct{ logger *slog.Logger }
-
-func (l errorLog) Printf(format string, v ...any) {
-	l.logger.Warn("smtp: " + fmt.Sprintf(format, v...))
-}
-
-func (l errorLog) Println(v ...any) {
-	l.logger.Warn("smtp: " + strings.TrimSuffix(fmt.Sprintln(v...), "\n"))
+func (l slogLogger) Println(v ...any) {
+	l.l.Warn("smtp server: " + fmt.Sprint(v...))
 }

@@ -25,6 +25,9 @@ type Listener struct {
 // addresses once they listen (TLSAddr's is "" when it is not set).
 func (b *Backend) Serve(ctx context.Context, l Listener, ready func(addr, tlsAddr string)) error {
 	cfg := l.Server
+	if cfg.Hostname == "" {
+		cfg.Hostname = "localhost" // the greeting's name only
+	}
 	cfg.MaxRecipients = MaxRecipients
 	// go-smtp would answer AUTH without TLS with its own 523; the session
 	// decides instead (AuthMechanisms, Auth), with the 530 5.7.0 of

@@ -1,0 +1,82 @@
+package smtpserver
+
+import (
+	"bytes"
+	"errors"
+	"io"
+
+	"github.com/emersion/go-smtp"
+)
+
+// ErrBareLineEnding is ReadMessage's answer to a message with a <CR> not
+// followed by <LF>, or an <LF> not preceded by <CR>. RFC 5321 section 2.3.8
+// forbids both; they are refused rather than repaired because they are how
+// SMTP smuggling hides a second message (<LF>.<LF>, <LF>.<CR><LF>,
+// <CR>.<CR>) from one server that a later server would split off.
+var ErrBareLineEnding = &smtp.SMTPError{
+	Code:         550,
+	EnhancedCode: smtp.EnhancedCode{5, 6, 0},
+	Message:      "Bare <CR> or <LF> in message, use <CR><LF> line endings",
+}
+
+// ReadMessage reads a whole message from the reader a Session's Data gets
+// (DATA or BDAT) and returns it, and every Session's Data must use it rather
+// than read r itself. It returns ErrBareLineEnding if the message holds a
+// bare <CR> or <LF>; it then reads on to the end without keeping anything,
+// so the client's reply waits for the whole message. Any other error of r
+// (go-smtp's smtp.ErrDataTooLarge, a connection that broke off) is returned
+// as it is, with no message: nothing may be stored then.
+//
+// The size limit is go-smtp's (Config.MaxMessageBytes); go-smtp has already
+// removed the dot-stuffing of DATA and recognises only <CRLF>.<CRLF> as its
+// end.
+func ReadMessage(r io.Reader) ([]byte, error) {
+	var (
+		msg    bytes.Buffer
+		buf    = make([]byte, 32<<10)
+		prevCR bool // the last byte seen was <CR>
+	)
+	for {
+		n, err := r.Read(buf)
+		if bare(buf[:n], &prevCR) {
+			return nil, discard(r)
+		}
+		msg.Write(buf[:n])
+		if err == io.EOF {
+			if prevCR { // ends in a <CR> that no <LF> follows (BDAT only)
+				return nil, ErrBareLineEnding
+			}
+			return msg.Bytes(), nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// bare reports whether b holds a bare <CR> or <LF>, given whether the byte
+// before b was <CR>, and updates that for the next call.
+func bare(b []byte, prevCR *bool) bool {
+	for _, c := range b {
+		switch {
+		case *prevCR && c != '\n':
+			return true
+		case c == '\n' && !*prevCR:
+			return true
+		}
+		*prevCR = c == '\r'
+	}
+	return false
+}
+
+// discard reads r to its end after a bare line ending. The answer stays
+// ErrBareLineEnding even if the message also turns out too large; a broken
+// connection wins, since then no answer reaches the client.
+func discard(r io.Reader) error {
+	_, err := io.Copy(io.Discard, r)
+	var smtpErr *smtp.SMTPError
+	if err != nil && !errors.As(err, &smtpErr) {
+		return err
+	}
+	return ErrBareLineEnding
+}
