@@ -47,6 +47,7 @@ func TestDevWalk(t *testing.T) {
 		"MAILYARD_DNS_ADDR=" + dnsAddr,
 		"MAILYARD_SMTP_RELAY=" + smtpAddr,
 		"MAILYARD_INBOUND_ADDR=" + testenv.FreeAddr(t),
+		"MAILYARD_SUBMISSION_ADDR=" + testenv.FreeAddr(t),
 	}, "dev")
 	testenv.WaitListening(t, httpAddr, 90*time.Second)
 	admin, err := os.ReadFile(filepath.Join(dir, ".data", "admin-key"))
