@@ -12,6 +12,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/mailyard/mailyard/internal/bouncereport"
+	"github.com/mailyard/mailyard/internal/bouncetag"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/metrics"
@@ -356,16 +357,12 @@ func findRecipient(recipients []store.EmailRecipient, addrs ...string) *store.Em
 // address of the bounce host.
 func toUnsubscribe(recipients []string) bool {
 	for _, r := range recipients {
-		if len(r) > len(UnsubscribePrefix) && strings.EqualFold(r[:len(UnsubscribePrefix)], UnsubscribePrefix) {
+		if len(r) > len(bouncetag.UnsubscribePrefix) && strings.EqualFold(r[:len(bouncetag.UnsubscribePrefix)], bouncetag.UnsubscribePrefix) {
 			return true
 		}
 	}
 	return false
 }
-
-// UnsubscribePrefix starts the local part of the bounce host's unsubscribe
-// addresses, unsubscribe+<token>@<bounce host>.
-const UnsubscribePrefix = "unsubscribe+"
 
 // settle marks the email sent once every recipient is final and starts the
 // webhook deliveries of its events.

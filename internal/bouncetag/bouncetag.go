@@ -18,6 +18,15 @@ import (
 	"github.com/google/uuid"
 )
 
+// Local parts of the bounce host's own addresses (docs/inbound.md):
+// fbl@<bounce host> receives feedback-loop reports, and
+// unsubscribe+<token>@<bounce host> the mailto: form of one-click
+// unsubscribe.
+const (
+	FeedbackLocal     = "fbl"
+	UnsubscribePrefix = "unsubscribe+"
+)
+
 // localPrefix starts the local part of every envelope sender.
 const localPrefix = "bounces+"
 

@@ -40,12 +40,6 @@ const storeTimeout = 10 * time.Second
 // it, so the 250 never waits on Temporal.
 const startTimeout = 5 * time.Second
 
-// Local parts of the bounce host's own addresses.
-const (
-	feedbackLocal     = "fbl"
-	unsubscribePrefix = "unsubscribe+"
-)
-
 // unsubscribeToken is the shape of a one-click unsubscribe token: at most 64
 // URL-safe characters.
 var unsubscribeToken = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
@@ -98,7 +92,8 @@ func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 	}
 	if strings.EqualFold(domain, s.b.BounceHost) {
 		lower := strings.ToLower(local)
-		if lower == feedbackLocal || (strings.HasPrefix(lower, unsubscribePrefix) && unsubscribeToken.MatchString(local[len(unsubscribePrefix):])) {
+		if lower == bouncetag.FeedbackLocal || (strings.HasPrefix(lower, bouncetag.UnsubscribePrefix) &&
+			unsubscribeToken.MatchString(local[len(bouncetag.UnsubscribePrefix):])) {
 			s.recipients = append(s.recipients, to)
 			return nil
 		}
