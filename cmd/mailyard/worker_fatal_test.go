@@ -14,7 +14,10 @@ import (
 // (so its supervisor restarts it and someone notices) instead of running on
 // without polling. The SDK calls the error fatal after two minutes of
 // NamespaceNotFound, so this test takes about three; it runs beside the
-// package's other tests.
+// package's other tests. The two minutes are the SDK's grace period for
+// errors it cannot recover from while long polling (go.temporal.io/sdk
+// v1.50.0): no worker or client option sets it, only a setter inside the SDK
+// for its own tests, so neither this test nor worker/worker.go can shorten it.
 func TestWorkerExitsOnFatalError(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary for about three minutes")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -19,39 +20,19 @@ import (
 // TestMeasureSizing measures what one webhook delivery, one email (with its
 // delivered webhook) and one inbound bounce cost on the real Temporal server
 // with PostgreSQL persistence, for deploy/README.md's sizing table: history
-// events of each workflow, and rows written (inserted, updated, deleted) in
-// Mailyard's and Temporal's databases, averaged over n of each. It runs only
-// when asked (MAILYARD_MEASURE_SIZING=1): it measures, it asserts nothing
-// about the figures.
+// events of each workflow, and rows written (inserted, updated, deleted; from
+// pg_stat_user_tables, table by table) in Mailyard's and Temporal's databases,
+// averaged over n of each. An idle interval first gives what the stack writes
+// with nothing to do (schedules, sweeps, Temporal's own system workflows), so
+// the per-item figures can be read against it. It runs only when asked
+// (MAILYARD_MEASURE_SIZING=1): it measures, it asserts nothing about the
+// figures.
 func TestMeasureSizing(t *testing.T) {
 	if os.Getenv("MAILYARD_MEASURE_SIZING") == "" {
 		t.Skip("set MAILYARD_MEASURE_SIZING=1 to measure the sizing table")
 	}
 	const n = 20
-	admin := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN("postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")))
-	defer admin.Close()
-	databases := func(prefix string) map[string]bool {
-		rows, err := admin.Query("SELECT datname FROM pg_database WHERE datname LIKE $1", prefix+"%")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rows.Close()
-		out := map[string]bool{}
-		for rows.Next() {
-			var name string
-			_ = rows.Scan(&name)
-			out[name] = true
-		}
-		return out
-	}
-	before := databases("temporal_")
 	temporal := testenv.StartRealTemporal(t)
-	var temporalDBs []string
-	for name := range databases("temporal_") {
-		if !before[name] {
-			temporalDBs = append(temporalDBs, name)
-		}
-	}
 	mx := startMX(t)
 	s := startTopology(t, topology{temporal: temporal.Address, namespace: "mailyard", apis: 1, workers: 1, env: append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/10m", "MAILYARD_WEBHOOK_ALLOW_HTTP=true", "MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
@@ -60,11 +41,6 @@ func TestMeasureSizing(t *testing.T) {
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	mx.route(t, s.customer)
 	inboundAddr, _ := s.startInbound()
-	mailyardDB := s.databaseURL[strings.LastIndex(s.databaseURL, "/")+1:]
-	if i := strings.Index(mailyardDB, "?"); i >= 0 {
-		mailyardDB = mailyardDB[:i]
-	}
-
 	rcv := &eventReceiver{}
 	hook := httptest.NewServer(rcv)
 	t.Cleanup(hook.Close)
@@ -72,23 +48,37 @@ func TestMeasureSizing(t *testing.T) {
 	domainID, _, _ := verifiedDomain(t, s, "shop.example")
 	key := s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": domainID, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
 
-	// writes is the rows written so far in each database. A backend flushes
-	// its statistics at most once a second, and an idle one only after 10 s
+	// snapshot is the rows written so far in each table of the databases, by
+	// "database.table" (persistence, visibility, mailyard). A backend flushes its
+	// statistics at most once a second, and an idle one only after 10 s
 	// (PostgreSQL 15), so snapshot waits 12 s first.
-	writes := func(db string) int64 {
-		var w int64
-		if err := admin.QueryRow("SELECT tup_inserted + tup_updated + tup_deleted FROM pg_stat_database WHERE datname = $1", db).Scan(&w); err != nil {
-			t.Fatal(err)
-		}
-		return w
+	databases := map[string]*sql.DB{}
+	for name, url := range map[string]string{"temporal": temporal.Persistence, "visibility": temporal.Visibility, "mailyard": s.databaseURL} {
+		db := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(url)))
+		t.Cleanup(func() { _ = db.Close() })
+		databases[name] = db
 	}
-	snapshot := func() (int64, int64) {
+	snapshot := func() map[string]int64 {
 		time.Sleep(12 * time.Second)
-		var tw int64
-		for _, db := range temporalDBs {
-			tw += writes(db)
+		out := map[string]int64{}
+		for name, db := range databases {
+			rows, err := db.Query("SELECT relname, n_tup_ins + n_tup_upd + n_tup_del FROM pg_stat_user_tables")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var table string
+				var w int64
+				if err := rows.Scan(&table, &w); err != nil {
+					t.Fatal(err)
+				}
+				out[name+"."+table] = w
+			}
+			if err := rows.Close(); err != nil {
+				t.Fatal(err)
+			}
 		}
-		return writes(mailyardDB), tw
+		return out
 	}
 	historyEvents := func(query string) float64 {
 		ctx := context.Background()
@@ -103,16 +93,51 @@ func TestMeasureSizing(t *testing.T) {
 		return float64(total) / float64(len(list.Executions))
 	}
 	type row struct {
-		what                  string
-		history, mailyardRows float64
-		temporalRows          float64
+		what                                 string
+		history                              float64
+		mailyardRows, temporalRows, idleRows float64
+		took                                 time.Duration
+		tables                               []string
 	}
 	var rows []row
+	// idlePerSecond is what the stack writes per second doing nothing, by
+	// database; each item's idle column is that over its own measured interval.
+	idlePerSecond := map[string]float64{}
+	sum := func(before, after map[string]int64, database string) float64 {
+		var w int64
+		for k, v := range after {
+			if strings.HasPrefix(k, database+".") {
+				w += v - before[k]
+			}
+		}
+		return float64(w)
+	}
+	{
+		before, from := snapshot(), time.Now()
+		time.Sleep(30 * time.Second)
+		after := snapshot()
+		for _, db := range []string{"mailyard", "temporal", "visibility"} {
+			idlePerSecond[db] = sum(before, after, db) / time.Since(from).Seconds()
+		}
+		t.Logf("idle: %.2f Mailyard rows/s, %.2f Temporal persistence rows/s, %.2f visibility rows/s", idlePerSecond["mailyard"], idlePerSecond["temporal"], idlePerSecond["visibility"])
+	}
 	measure := func(what, query string, run func()) {
-		m0, t0 := snapshot()
+		before, from := snapshot(), time.Now()
 		run()
-		m1, t1 := snapshot()
-		rows = append(rows, row{what, historyEvents(query), float64(m1-m0) / n, float64(t1-t0) / n})
+		after := snapshot()
+		took := time.Since(from)
+		r := row{what: what, history: historyEvents(query), took: took,
+			mailyardRows: sum(before, after, "mailyard") / n,
+			temporalRows: (sum(before, after, "temporal") + sum(before, after, "visibility")) / n,
+			idleRows:     (idlePerSecond["mailyard"] + idlePerSecond["temporal"] + idlePerSecond["visibility"]) * took.Seconds() / n,
+		}
+		for k, v := range after {
+			if d := v - before[k]; d > 0 {
+				r.tables = append(r.tables, fmt.Sprintf("%s %.2f", k, float64(d)/n))
+			}
+		}
+		sort.Strings(r.tables)
+		rows = append(rows, r)
 	}
 
 	measure("webhook delivery (ingested event, one webhook)", `WorkflowType = "WebhookDelivery" AND ExecutionStatus = "Completed"`, func() {
@@ -148,8 +173,11 @@ func TestMeasureSizing(t *testing.T) {
 		})
 	})
 	t.Logf("measured on the real Temporal server %s, %d of each:", time.Now().UTC().Format("2006-01-02"), n)
-	t.Logf("| item | history events | Mailyard rows written | Temporal rows written |")
+	t.Logf("| item | history events | Mailyard rows written | Temporal rows written | idle writes over the same interval (both) | interval |")
 	for _, r := range rows {
-		t.Logf("| %s | %.0f | %.1f | %.1f |", r.what, r.history, r.mailyardRows, r.temporalRows)
+		t.Logf("| %s | %.0f | %.2f | %.2f | %.2f | %s |", r.what, r.history, r.mailyardRows, r.temporalRows, r.idleRows, r.took.Round(time.Second))
+	}
+	for _, r := range rows {
+		t.Logf("%s, rows written per item by table:\n\t%s", r.what, strings.Join(r.tables, "\n\t"))
 	}
 }

@@ -12,8 +12,11 @@ import (
 // PostgreSQL databases of this test's own; see internal/temporalserver.
 type RealTemporal struct {
 	*temporalserver.Server
-	t      testing.TB
-	output *SyncBuffer
+	// Persistence and Visibility are the postgres:// URLs of the server's two
+	// databases, for tests that look at what it writes (internal/e2e/sizing_test.go).
+	Persistence, Visibility string
+	t                       testing.TB
+	output                  *SyncBuffer
 }
 
 // StartRealTemporal creates the persistence and visibility databases, loads
@@ -32,10 +35,12 @@ func StartRealTemporal(t testing.TB) *RealTemporal {
 		t.Skip(err)
 	}
 	r := &RealTemporal{t: t, output: &SyncBuffer{}}
+	r.Persistence = createDatabase(t, "temporal_test_").String()
+	r.Visibility = createDatabase(t, "temporal_visibility_test_").String()
 	r.Server, err = temporalserver.New(context.Background(), temporalserver.Options{
 		Server: server, SQLTool: sqlTool,
-		Persistence: createDatabase(t, "temporal_test_").String(),
-		Visibility:  createDatabase(t, "temporal_visibility_test_").String(),
+		Persistence: r.Persistence,
+		Visibility:  r.Visibility,
 		Dir:         t.TempDir(),
 		Output:      r.output,
 	})
