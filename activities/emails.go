@@ -108,7 +108,7 @@ func (a *Emails) Prepare(ctx context.Context, in email.PrepareInput) (email.Prep
 	for i, r := range pending {
 		addrs[i] = r.Address
 	}
-	suppressed, err := a.Store.SuppressedAmong(ctx, e.OrganizationID, addrs)
+	suppressed, err := a.Store.SuppressedAmong(ctx, e.OrganizationID, addrs, e.TrackUnsubscribe)
 	if err != nil {
 		return email.PrepareResult{}, err
 	}

@@ -479,7 +479,7 @@ func (f *ownerFixtures) expectIntact(t *testing.T) {
 		t.Fatal("the owner's credential is gone after the walk")
 	}
 	if f.suppressed != "" {
-		if among, err := f.h.store.SuppressedAmong(context.Background(), f.h.orgID, []string{f.suppressed}); err != nil || !among[f.suppressed] {
+		if among, err := f.h.store.SuppressedAmong(context.Background(), f.h.orgID, []string{f.suppressed}, false); err != nil || !among[f.suppressed] {
 			t.Fatalf("the owner's suppression is gone after the walk (%v)", err)
 		}
 	}

@@ -21,6 +21,8 @@ const (
 	Complained Type = "complained"
 	Opened     Type = "opened"
 	Clicked    Type = "clicked"
+	// Unsubscribed: the recipient used one-click unsubscribe (RFC 8058).
+	Unsubscribed Type = "unsubscribed"
 )
 
 // Platform events, emitted by Mailyard when a domain or a webhook changes.
@@ -33,7 +35,7 @@ const (
 )
 
 var (
-	email    = []Type{Delivered, Bounced, Complained, Opened, Clicked}
+	email    = []Type{Delivered, Bounced, Complained, Opened, Clicked, Unsubscribed}
 	platform = []Type{DomainVerified, DomainFailed, DomainDeleted, DomainDKIMRotated, WebhookDisabled}
 	all      = slices.Concat(email, platform)
 )

@@ -56,6 +56,14 @@ type Domain struct {
 	RotationIntervalDays int        `bun:"dkim_rotation_interval_days,notnull"`
 	LastRotatedAt        *time.Time `bun:"dkim_last_rotated_at"`
 	RotationStatus       *string    `bun:"dkim_rotation_status"`
+
+	// Tracking settings (docs/tracking.md), all off by default.
+	TrackOpens       bool `bun:"track_opens,notnull"`
+	TrackClicks      bool `bun:"track_clicks,notnull"`
+	TrackUnsubscribe bool `bun:"track_unsubscribe,notnull"`
+	// TrackingDomain is the custom tracking domain; its CNAME is record
+	// TrackingRecordPosition while it is set.
+	TrackingDomain *string `bun:"tracking_domain"`
 }
 
 // RotationInProgress reports whether a DKIM rotation has begun and not finished.

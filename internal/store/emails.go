@@ -75,6 +75,10 @@ type Email struct {
 	AcceptedAt     *time.Time `bun:"accepted_at"`
 	// ScheduledAt is when a scheduled email is sent (nil: at once).
 	ScheduledAt *time.Time `bun:"scheduled_at"`
+	// The email's tracking, decided when it was accepted (docs/tracking.md).
+	TrackOpens       bool `bun:"track_opens,notnull"`
+	TrackClicks      bool `bun:"track_clicks,notnull"`
+	TrackUnsubscribe bool `bun:"track_unsubscribe,notnull"`
 	// Answered: the client got the email's id in an answer that committed
 	// with the email (WithCommitHook), so it must be sent even if the API
 	// process died before starting its workflow.
@@ -126,7 +130,20 @@ type EmailRecipient struct {
 	SMTPCode     *int      `bun:"smtp_code"`
 	LastResponse *string   `bun:"last_response"`
 	UpdatedAt    time.Time `bun:"updated_at,notnull"`
+	// SignedMessage is the recipient's own message when the email is
+	// tracked (Email.Tracked); nil otherwise, and once erased.
+	SignedMessage []byte `bun:"signed_message"`
+	// Opens counts the recipient's opens; the times are the first open,
+	// click and unsubscribe (docs/tracking.md).
+	Opens          int        `bun:"opens,notnull"`
+	OpenedAt       *time.Time `bun:"opened_at"`
+	ClickedAt      *time.Time `bun:"clicked_at"`
+	UnsubscribedAt *time.Time `bun:"unsubscribed_at"`
 }
+
+// Tracked reports whether the email is sent as one message per recipient,
+// with its own tracking links (docs/tracking.md).
+func (e *Email) Tracked() bool { return e.TrackOpens || e.TrackClicks || e.TrackUnsubscribe }
 
 // Final reports whether the recipient's delivery has ended.
 func (r *EmailRecipient) Final() bool {
@@ -284,7 +301,8 @@ func (s *Store) EmailRecipients(ctx context.Context, emailID string) ([]EmailRec
 
 func (s *Store) recipientsOf(ctx context.Context, ids []string) (map[string][]EmailRecipient, error) {
 	var rows []EmailRecipient
-	if err := s.DB.NewSelect().Model(&rows).Where("email_id IN (?)", bun.List(ids)).
+	// The recipients' messages stay behind: only an attempt sends them.
+	if err := s.DB.NewSelect().Model(&rows).ExcludeColumn("signed_message").Where("email_id IN (?)", bun.List(ids)).
 		OrderExpr("email_id, position").Scan(ctx); err != nil {
 		return nil, err
 	}
@@ -459,12 +477,19 @@ func (s *Store) FinishEmailIfDone(ctx context.Context, emailID string) (bool, er
 	return err == nil, err
 }
 
-// EraseEmailContent erases the stored content and signed message of an email.
+// EraseEmailContent erases the stored content and signed messages of an
+// email (its own, and its recipients' when it is tracked).
 func (s *Store) EraseEmailContent(ctx context.Context, emailID string) error {
-	_, err := s.DB.NewUpdate().Model((*Email)(nil)).
-		Set("content = NULL").Set("signed_message = NULL").Set("erased_at = COALESCE(erased_at, ?)", now()).
-		Where("id = ?", emailID).Exec(ctx)
-	return err
+	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewUpdate().Model((*Email)(nil)).
+			Set("content = NULL").Set("signed_message = NULL").Set("erased_at = COALESCE(erased_at, ?)", now()).
+			Where("id = ?", emailID).Exec(ctx); err != nil {
+			return err
+		}
+		_, err := tx.NewUpdate().Model((*EmailRecipient)(nil)).Set("signed_message = NULL").
+			Where("email_id = ?", emailID).Where("signed_message IS NOT NULL").Exec(ctx)
+		return err
+	})
 }
 
 // PendingEmailDeliveries lists the webhook deliveries of an email's events

@@ -158,6 +158,9 @@ func countIngested(ctx context.Context, tx bun.Tx, ev *Event, o DomainOwner) err
 	if ev.EventType == "complained" && NormalizeEmail(ev.ToEmail) != "" {
 		return Suppress(ctx, tx, o.OrganizationID, ev.ToEmail, SuppressionComplaint)
 	}
+	if ev.EventType == "unsubscribed" && NormalizeEmail(ev.ToEmail) != "" {
+		return Suppress(ctx, tx, o.OrganizationID, ev.ToEmail, SuppressionUnsubscribe)
+	}
 	return nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -13,31 +15,57 @@ import (
 // email_stats_daily).
 type StatCounter string
 
-// The counters of the rollup. Each counts recipients: a message to three
-// recipients that are all delivered adds 3 to delivered.
+// The counters the code names. Each counts recipients: a message to three
+// recipients that are all delivered adds 3 to delivered. The list of
+// counters itself is StatCounts: a constant here is only a name for one of
+// its fields (TestStatCountersAreFields holds them to it).
 const (
-	StatAccepted   StatCounter = "accepted"
-	StatDelivered  StatCounter = "delivered"
-	StatDeferred   StatCounter = "deferred"
-	StatBounced    StatCounter = "bounced"
-	StatComplained StatCounter = "complained"
-	StatOpened     StatCounter = "opened"
-	StatClicked    StatCounter = "clicked"
+	StatAccepted     StatCounter = "accepted"
+	StatDelivered    StatCounter = "delivered"
+	StatDeferred     StatCounter = "deferred"
+	StatBounced      StatCounter = "bounced"
+	StatComplained   StatCounter = "complained"
+	StatOpened       StatCounter = "opened"
+	StatClicked      StatCounter = "clicked"
+	StatUnsubscribed StatCounter = "unsubscribed"
 )
 
-// StatCounters lists every counter in documentation order.
-func StatCounters() []StatCounter {
-	return []StatCounter{StatAccepted, StatDelivered, StatDeferred, StatBounced, StatComplained, StatOpened, StatClicked}
+// StatCounts are the counters of a day or a range, and the one definition
+// of which counters exist: adding a counter is adding a field here (and its
+// column in a migration). The API shows this struct as it is, so each field's
+// doc is the API reference's.
+type StatCounts struct {
+	Accepted     int64 `bun:"accepted" json:"accepted" doc:"Recipients the platform accepted for sending."`
+	Delivered    int64 `bun:"delivered" json:"delivered" doc:"Recipients whose server accepted the message."`
+	Deferred     int64 `bun:"deferred" json:"deferred" doc:"Recipients whose delivery failed temporarily and is retried."`
+	Bounced      int64 `bun:"bounced" json:"bounced" doc:"Recipients whose message bounced."`
+	Complained   int64 `bun:"complained" json:"complained" doc:"Recipients who marked a message as spam."`
+	Opened       int64 `bun:"opened" json:"opened" doc:"Recipients who opened a message (first open each)."`
+	Clicked      int64 `bun:"clicked" json:"clicked" doc:"Recipients who clicked a link (first click each)."`
+	Unsubscribed int64 `bun:"unsubscribed" json:"unsubscribed" doc:"Recipients who unsubscribed."`
 }
+
+// statCounters are the counters in StatCounts' order; statFields maps each
+// to its field's index.
+var statCounters, statFields = func() ([]StatCounter, map[StatCounter]int) {
+	t := reflect.TypeFor[StatCounts]()
+	names := make([]StatCounter, t.NumField())
+	index := make(map[StatCounter]int, t.NumField())
+	for i := range t.NumField() {
+		names[i] = StatCounter(t.Field(i).Tag.Get("bun"))
+		index[names[i]] = i
+	}
+	return names, index
+}()
+
+// StatCounters lists every counter in documentation order.
+func StatCounters() []StatCounter { return slices.Clone(statCounters) }
 
 // Valid reports whether c is a counter of the rollup. Only valid counters
 // reach SQL, where a counter is a column name.
 func (c StatCounter) Valid() bool {
-	switch c {
-	case StatAccepted, StatDelivered, StatDeferred, StatBounced, StatComplained, StatOpened, StatClicked:
-		return true
-	}
-	return false
+	_, ok := statFields[c]
+	return ok
 }
 
 // MaxStatsDays is the longest range Stats reads, in days, both ends included.
@@ -48,26 +76,12 @@ const MaxStatsDays = 90
 // date).
 const dayLayout = "2006-01-02"
 
-// StatCounts are the counters of a day or a range.
-type StatCounts struct {
-	Accepted   int64 `bun:"accepted"`
-	Delivered  int64 `bun:"delivered"`
-	Deferred   int64 `bun:"deferred"`
-	Bounced    int64 `bun:"bounced"`
-	Complained int64 `bun:"complained"`
-	Opened     int64 `bun:"opened"`
-	Clicked    int64 `bun:"clicked"`
-}
-
 // Add adds o's counters to c.
 func (c *StatCounts) Add(o StatCounts) {
-	c.Accepted += o.Accepted
-	c.Delivered += o.Delivered
-	c.Deferred += o.Deferred
-	c.Bounced += o.Bounced
-	c.Complained += o.Complained
-	c.Opened += o.Opened
-	c.Clicked += o.Clicked
+	cv, ov := reflect.ValueOf(c).Elem(), reflect.ValueOf(o)
+	for i := range cv.NumField() {
+		cv.Field(i).SetInt(cv.Field(i).Int() + ov.Field(i).Int())
+	}
 }
 
 // DailyStats are one UTC day's counters.

@@ -15,6 +15,10 @@ import (
 const (
 	SuppressionHardBounce = "hard_bounce"
 	SuppressionComplaint  = "complaint"
+	// SuppressionUnsubscribe stops only the emails sent with unsubscribe
+	// on, the mail one can opt out of (docs/tracking.md): password resets
+	// and receipts still arrive.
+	SuppressionUnsubscribe = "unsubscribe"
 )
 
 // maxEmailLength bounds a stored address, in characters: the 320 the API
@@ -45,11 +49,12 @@ func NormalizeEmail(email string) string {
 }
 
 // Suppress adds email to the organization's list. It is idempotent: an
-// existing entry keeps its first reason and created_at. Call it inside the
-// transaction that records the hard bounce or complaint.
+// existing entry keeps its first reason and created_at, except that a hard
+// bounce or complaint replaces an unsubscribe (it stops more mail). Call it
+// inside the transaction that records the event.
 func Suppress(ctx context.Context, db bun.IDB, orgID int64, email, reason string) error {
-	if reason != SuppressionHardBounce && reason != SuppressionComplaint {
-		return fmt.Errorf("suppression reason %q: want %s or %s", reason, SuppressionHardBounce, SuppressionComplaint)
+	if reason != SuppressionHardBounce && reason != SuppressionComplaint && reason != SuppressionUnsubscribe {
+		return fmt.Errorf("suppression reason %q: want %s, %s or %s", reason, SuppressionHardBounce, SuppressionComplaint, SuppressionUnsubscribe)
 	}
 	email = NormalizeEmail(email)
 	if email == "" || utf8.RuneCountInString(email) > maxEmailLength {
@@ -57,14 +62,17 @@ func Suppress(ctx context.Context, db bun.IDB, orgID int64, email, reason string
 		return errors.New("suppressed address must be 1 to 320 characters")
 	}
 	_, err := db.NewInsert().Model(&Suppression{OrganizationID: orgID, Email: email, Reason: reason, CreatedAt: now()}).
-		On("CONFLICT (organization_id, email) DO NOTHING").Exec(ctx)
+		On("CONFLICT (organization_id, email) DO UPDATE").Set("reason = EXCLUDED.reason").
+		Where("suppressions.reason = ?", SuppressionUnsubscribe).Where("EXCLUDED.reason <> ?", SuppressionUnsubscribe).
+		Exec(ctx)
 	return err
 }
 
 // SuppressedAmong returns which of emails are on the organization's list,
-// compared in NormalizeEmail's form. The map is keyed by the strings as
-// given and holds only the suppressed ones.
-func (s *Store) SuppressedAmong(ctx context.Context, orgID int64, emails []string) (map[string]bool, error) {
+// compared in NormalizeEmail's form; entries for an unsubscribe count only
+// when withUnsubscribes is set (the email is sent with unsubscribe on). The
+// map is keyed by the strings as given and holds only the suppressed ones.
+func (s *Store) SuppressedAmong(ctx context.Context, orgID int64, emails []string, withUnsubscribes bool) (map[string]bool, error) {
 	out := map[string]bool{}
 	if len(emails) == 0 {
 		return out, nil
@@ -79,9 +87,12 @@ func (s *Store) SuppressedAmong(ctx context.Context, orgID int64, emails []strin
 		normal = append(normal, n)
 	}
 	var found []string
-	if err := s.DB.NewSelect().Model((*Suppression)(nil)).Column("email").
-		Where("organization_id = ?", orgID).Where("email IN (?)", bun.List(normal)).
-		Scan(ctx, &found); err != nil {
+	q := s.DB.NewSelect().Model((*Suppression)(nil)).Column("email").
+		Where("organization_id = ?", orgID).Where("email IN (?)", bun.List(normal))
+	if !withUnsubscribes {
+		q = q.Where("reason <> ?", SuppressionUnsubscribe)
+	}
+	if err := q.Scan(ctx, &found); err != nil {
 		return nil, err
 	}
 	for _, n := range found {

@@ -198,14 +198,14 @@ func TestSuppressionList(t *testing.T) {
 			}
 		}
 
-		among, err := st.SuppressedAmong(ctx, org, []string{"ADA@example.com", "bob@example.com", "ada@EXAMPLE.com"})
+		among, err := st.SuppressedAmong(ctx, org, []string{"ADA@example.com", "bob@example.com", "ada@EXAMPLE.com"}, false)
 		if err != nil || len(among) != 2 || !among["ADA@example.com"] || !among["ada@EXAMPLE.com"] {
 			t.Fatalf("suppressed among: %v %v", among, err)
 		}
-		if among, err := st.SuppressedAmong(ctx, other, []string{"ada@example.com"}); err != nil || len(among) != 0 {
+		if among, err := st.SuppressedAmong(ctx, other, []string{"ada@example.com"}, false); err != nil || len(among) != 0 {
 			t.Fatalf("another organization's list holds %v (%v)", among, err)
 		}
-		if among, err := st.SuppressedAmong(ctx, org, nil); err != nil || len(among) != 0 {
+		if among, err := st.SuppressedAmong(ctx, org, nil, false); err != nil || len(among) != 0 {
 			t.Fatalf("no addresses: %v %v", among, err)
 		}
 
@@ -244,7 +244,7 @@ func TestSuppressionList(t *testing.T) {
 		if _, err := st.DeleteSuppression(ctx, org, "ada@example.com"); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("second delete: %v", err)
 		}
-		if among, _ := st.SuppressedAmong(ctx, org, []string{"ada@example.com"}); len(among) != 0 {
+		if among, _ := st.SuppressedAmong(ctx, org, []string{"ada@example.com"}, false); len(among) != 0 {
 			t.Fatalf("still suppressed after delete: %v", among)
 		}
 	})
