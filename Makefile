@@ -86,6 +86,7 @@ FUZZ_TARGETS  := \
 	./internal/bouncetag:FuzzEmailID \
 	./internal/bouncereport:FuzzParse \
 	./internal/bouncereport:FuzzRefold \
+	./internal/trackhtml:FuzzRewrite \
 	./api:FuzzPageCursor \
 	./api:FuzzIdempotencyKey
 

@@ -33,9 +33,11 @@ package trackhtml
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/html"
 )
@@ -88,6 +90,10 @@ func Rewrite(src []byte, p Params) (Result, error) {
 	}
 	if p.UnsubscribeURL != "" {
 		r.unsubText = []byte(html.EscapeString(p.UnsubscribeURL))
+		r.unsubTextGuarded = r.unsubText
+		if c := r.unsubText[0]; c < utf8.RuneSelf && c != '&' {
+			r.unsubTextGuarded = append(fmt.Appendf(nil, "&#%d;", c), r.unsubText[1:]...)
+		}
 	}
 	if err := r.run(src); err != nil {
 		return Result{}, err
@@ -108,6 +114,9 @@ type rewriter struct {
 	body int
 	// unsubText is the unsubscribe URL escaped for text, nil if none.
 	unsubText []byte
+	// unsubTextGuarded is unsubText with its first character written as a
+	// character reference, for after bytes it could join (see joins).
+	unsubTextGuarded []byte
 	// attrs is reused for the attributes of each tag looked at.
 	attrs []html.Attribute
 	// safe is the offset in out of the last token boundary at which the
@@ -162,6 +171,14 @@ func (r *rewriter) run(src []byte) error {
 	}
 }
 
+// joins says whether a URL written right after c could be read together with
+// what comes before: "<" or "</" and a letter start a tag, "&", "&#" or
+// "&name" and a letter or digit can make a character reference.
+func joins(c byte) bool {
+	return c == '<' || c == '/' || c == '&' || c == '#' ||
+		'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
 // writeReplaced writes a text token's raw bytes with each placeholder
 // replaced by the escaped unsubscribe URL.
 func (r *rewriter) writeReplaced(raw []byte) {
@@ -171,7 +188,11 @@ func (r *rewriter) writeReplaced(raw []byte) {
 		if !found {
 			return
 		}
-		r.out.Write(r.unsubText)
+		if len(before) > 0 && joins(before[len(before)-1]) {
+			r.out.Write(r.unsubTextGuarded)
+		} else {
+			r.out.Write(r.unsubText)
+		}
 		raw = after
 	}
 }
@@ -323,12 +344,13 @@ func (r *rewriter) addPixel(out []byte) []byte {
 }
 
 // endsWith says whether tail followed by tag tokenizes with tag as its own
-// last token, tail starting in the tokenizer's data state.
+// last token (a tag, not the same bytes read as text), tail starting in the tokenizer's data state.
 func endsWith(tail, tag []byte) bool {
 	z := html.NewTokenizer(io.MultiReader(bytes.NewReader(tail), bytes.NewReader(tag)))
 	var last []byte
-	for z.Next() != html.ErrorToken {
-		last = append(last[:0], z.Raw()...)
+	lastType := html.ErrorToken
+	for tt := z.Next(); tt != html.ErrorToken; tt = z.Next() {
+		last, lastType = append(last[:0], z.Raw()...), tt
 	}
-	return bytes.Equal(last, tag)
+	return lastType == html.StartTagToken && bytes.Equal(last, tag)
 }

@@ -125,6 +125,11 @@ func TestUnsubscribe(t *testing.T) {
 			links: []string{"https://x.example/"},
 		},
 		{
+			name: "after < or a reference: its first character as a reference, so no tag or longer reference forms",
+			in:   `a <{{unsubscribe_url}} b/{{unsubscribe_url}} &amp{{unsubscribe_url}} &#{{unsubscribe_url}} x:{{unsubscribe_url}}`,
+			want: `a <&#104;ttps://t.example/u/r1?x=1&amp;y=&#34;2&#34; b/&#104;ttps://t.example/u/r1?x=1&amp;y=&#34;2&#34; &amp&#104;ttps://t.example/u/r1?x=1&amp;y=&#34;2&#34; &#&#104;ttps://t.example/u/r1?x=1&amp;y=&#34;2&#34; x:` + unsubEsc,
+		},
+		{
 			name: "in other attributes of other tags",
 			in:   `<img alt="{{unsubscribe_url}}" src=x.png><td title='{{unsubscribe_url}}'>`,
 			want: `<img alt="` + unsubEsc + `" src="x.png"><td title="` + unsubEsc + `">`,
@@ -168,6 +173,7 @@ func TestPixel(t *testing.T) {
 		{"unclosed comment: before it", `<p>x</p><!-- never closed`, `<p>x</p>` + pixelTag + `<!-- never closed`},
 		{"unclosed script: before it", `<p>x</p><script>var a`, `<p>x</p>` + pixelTag + `<script>var a`},
 		{"unfinished tag: before it", `<p>x</p><a href="https://x.ex`, `<p>x</p>` + pixelTag + `<a href="https://x.ex`},
+		{"empty <plaintext> at the end: before it", `<p>x</p><plaintext>`, `<p>x</p>` + pixelTag + `<plaintext>`},
 		{"trailing text and a lone <", `<p>x</p> a < b`, `<p>x</p> a < b` + pixelTag},
 	}
 	for _, tt := range tests {
