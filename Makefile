@@ -87,6 +87,7 @@ FUZZ_TARGETS  := \
 	./internal/bouncereport:FuzzParse \
 	./internal/bouncereport:FuzzRefold \
 	./internal/trackhtml:FuzzRewrite \
+	./internal/trackmime:FuzzRewrite \
 	./api:FuzzPageCursor \
 	./api:FuzzIdempotencyKey
 

@@ -266,7 +266,7 @@ func (w *walker) checkNoDelimiter(part []byte) error {
 	for len(part) > 0 {
 		line := part
 		if i := bytes.IndexByte(part, '\n'); i >= 0 {
-			line, part = part[:i], part[i+1:]
+			line, part = part[:i+1], part[i+1:]
 		} else {
 			part = nil
 		}
@@ -300,7 +300,7 @@ func fits(b []byte, sevenBit bool) bool {
 	for len(b) > 0 {
 		line := b
 		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i], b[i+1:]
+			line, b = b[:i+1], b[i+1:]
 		} else {
 			b = nil
 		}
@@ -318,9 +318,25 @@ func fits(b []byte, sevenBit bool) bool {
 	return true
 }
 
+// writeQP writes b in quoted-printable with CRLF line breaks. A CR or LF
+// alone is written as CRLF first: it is a line break in text all the same,
+// and quotedprintable.Writer loses the LF of "\r=XX\n" (it takes it for the
+// second half of the CR's CRLF).
 func writeQP(out *bytes.Buffer, b []byte) {
 	qw := quotedprintable.NewWriter(out)
-	_, _ = qw.Write(b) // a bytes.Buffer does not fail
+	for len(b) > 0 {
+		i := bytes.IndexAny(b, "\r\n")
+		if i < 0 {
+			_, _ = qw.Write(b) // a bytes.Buffer does not fail
+			break
+		}
+		_, _ = qw.Write(b[:i])
+		_, _ = qw.Write([]byte("\r\n"))
+		if b[i] == '\r' && i+1 < len(b) && b[i+1] == '\n' {
+			i++
+		}
+		b = b[i+1:]
+	}
 	_ = qw.Close()
 }
 
@@ -356,10 +372,12 @@ func decodeBase64(b []byte) ([]byte, error) {
 	return out[:n], nil
 }
 
-// trimEOL returns line without its CRLF or LF.
+// trimEOL returns line without its CRLF or LF. A CR alone is no line break.
 func trimEOL(line []byte) []byte {
-	line = bytes.TrimSuffix(line, []byte("\n"))
-	return bytes.TrimSuffix(line, []byte("\r"))
+	if line, ok := bytes.CutSuffix(line, []byte("\n")); ok {
+		return bytes.TrimSuffix(line, []byte("\r"))
+	}
+	return line
 }
 
 // eolBefore is the length of the line break ending just before pos: 2 for
