@@ -86,6 +86,8 @@ FUZZ_TARGETS  := \
 	./internal/bouncetag:FuzzEmailID \
 	./internal/bouncereport:FuzzParse \
 	./internal/bouncereport:FuzzRefold \
+	./internal/trackhtml:FuzzRewrite \
+	./internal/trackmime:FuzzRewrite \
 	./api:FuzzPageCursor \
 	./api:FuzzIdempotencyKey
 
