@@ -16,13 +16,13 @@ import (
 
 	"github.com/mailyard/mailyard/internal/bouncetag"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
+	"github.com/mailyard/mailyard/internal/emailevent"
 	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/mailmsg"
 	"github.com/mailyard/mailyard/internal/metrics"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/smtpsend"
 	"github.com/mailyard/mailyard/internal/store"
-	"github.com/mailyard/mailyard/internal/webhook"
 	"github.com/mailyard/mailyard/workflows/email"
 )
 
@@ -368,11 +368,7 @@ func settleEmail(ctx context.Context, st *store.Store, runs *deliveryruns.Runs, 
 	if _, err := st.FinishEmailIfDone(ctx, emailID); err != nil {
 		return err
 	}
-	ids, err := st.PendingEmailDeliveries(ctx, emailID)
-	if err != nil || len(ids) == 0 {
-		return err
-	}
-	return runs.StartFirst(ctx, ids)
+	return emailevent.StartDeliveries(ctx, st, runs, emailID)
 }
 
 // outcome is a recipient's final outcome as its event tells it.
@@ -419,7 +415,7 @@ func (a *Emails) outcome(e *store.Email, d *store.Domain, r store.EmailRecipient
 			data.Async = &sync
 		}
 		eventID := store.EmailEventIDPrefix(e.ID) + strconv.Itoa(r.Position)
-		if _, err := recordEmailEvent(ctx, tx, e, d.Domain, eventID, typ, counter, r.Address, at, data); err != nil {
+		if _, err := emailevent.Record(ctx, tx, e, d.Domain, eventID, typ, counter, r.Address, at, data); err != nil {
 			return err
 		}
 		if o.bounceType == bounceHard {
@@ -427,29 +423,6 @@ func (a *Emails) outcome(e *store.Email, d *store.Domain, r store.EmailRecipient
 		}
 		return nil
 	}
-}
-
-// recordEmailEvent stores an event of an email with one pending delivery per
-// subscribed webhook of the email's organization, and counts it in the
-// statistics, in tx; an event_id seen before records and counts nothing and
-// reports false. Every event of an email, whatever found it, is recorded
-// here, under an event_id that starts with store.EmailEventIDPrefix, so the
-// email's steps find and start its deliveries.
-func recordEmailEvent(ctx context.Context, tx bun.IDB, e *store.Email, domain, eventID string, typ eventtype.Type,
-	counter store.StatCounter, to string, at time.Time, data any) (bool, error) {
-	body, err := webhook.BuildEnvelope(string(typ), at, data)
-	if err != nil {
-		return false, err
-	}
-	ev := &store.Event{
-		EventID: eventID, Domain: domain, EventType: string(typ),
-		OccurredAt: at, MessageID: e.ID, ToEmail: to, Subject: e.Subject,
-	}
-	_, created, err := store.StageEmailEvent(ctx, tx, ev, e.OrganizationID, body, deliveryruns.NewDeliveryID)
-	if err != nil || !created {
-		return false, err
-	}
-	return true, store.CountEmailEvent(ctx, tx, e.OrganizationID, e.DomainID, counter, at, 1)
 }
 
 // deferred counts a recipient's first deferral in the statistics (counts

@@ -14,6 +14,7 @@ import (
 	"github.com/mailyard/mailyard/internal/bouncereport"
 	"github.com/mailyard/mailyard/internal/bouncetag"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
+	"github.com/mailyard/mailyard/internal/emailevent"
 	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/metrics"
 	"github.com/mailyard/mailyard/internal/store"
@@ -231,7 +232,7 @@ func (a *Inbound) bounce(ctx context.Context, email *reportedEmail, r store.Emai
 	changed, err := a.Store.ReviseRecipient(ctx, email.ID, change, func(ctx context.Context, tx bun.IDB, _ string) error {
 		at := time.Now().UTC().Truncate(time.Microsecond)
 		eventID := store.EmailEventIDPrefix(email.ID) + strconv.Itoa(r.Position) + ":async-bounce"
-		if _, err := recordEmailEvent(ctx, tx, email.Email, email.domain, eventID, eventtype.Bounced, store.StatBounced, r.Address, at, data); err != nil {
+		if _, err := emailevent.Record(ctx, tx, email.Email, email.domain, eventID, eventtype.Bounced, store.StatBounced, r.Address, at, data); err != nil {
 			return err
 		}
 		if b.hard {
@@ -275,7 +276,7 @@ func (a *Inbound) applyComplaint(ctx context.Context, fb *bouncereport.Feedback,
 		at := time.Now().UTC().Truncate(time.Microsecond)
 		eventID := store.EmailEventIDPrefix(email.ID) + strconv.Itoa(r.Position) + ":complaint"
 		var err error
-		created, err = recordEmailEvent(ctx, tx, email.Email, email.domain, eventID, eventtype.Complained, store.StatComplained, r.Address, at, data)
+		created, err = emailevent.Record(ctx, tx, email.Email, email.domain, eventID, eventtype.Complained, store.StatComplained, r.Address, at, data)
 		if err != nil || !created {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -72,6 +73,10 @@ type Config struct {
 	SMTPServer SMTPServer
 	// Submission is where `mailyard submission` listens (docs/submission.md).
 	Submission Submission
+
+	// Tracking is where opens, clicks and unsubscribes arrive
+	// (docs/tracking.md).
+	Tracking Tracking
 
 	// VerifySchedule is how often the onboarding workflow checks DNS; empty means
 	// the workflow's default. Plain data: the API turns it into the workflow's input,
@@ -355,6 +360,58 @@ var variables = []variable{
 	{"MAILYARD_SUBMISSION_ADDR", func(c *Config) string { return c.Submission.Addr }},
 	{"MAILYARD_SUBMISSION_TLS_ADDR", func(c *Config) string { return c.Submission.TLSAddr }},
 	{"MAILYARD_SUBMISSION_ALLOW_INSECURE_AUTH", func(c *Config) string { return strconv.FormatBool(c.Submission.AllowInsecureAuth) }},
+	{"MAILYARD_TRACKING_URL", func(c *Config) string { return c.Tracking.URL }},
+	{"MAILYARD_TRACKING_HOST", func(c *Config) string { return c.Tracking.Host }},
+	{"MAILYARD_TRACKING_TLS_ADDR", func(c *Config) string { return c.Tracking.TLSAddr }},
+	{"MAILYARD_ACME_DIRECTORY", func(c *Config) string { return c.Tracking.ACMEDirectory }},
+	{"MAILYARD_ACME_EMAIL", func(c *Config) string { return c.Tracking.ACMEEmail }},
+	{"MAILYARD_ACME_CA", func(c *Config) string { return c.Tracking.ACMECAFile }},
+}
+
+// Tracking is the configuration of open, click and unsubscribe tracking.
+type Tracking struct {
+	// URL is the base of every tracking link (scheme and host, maybe a
+	// port and path); empty: tracking cannot be turned on.
+	URL string
+	// Host is what custom tracking domains are a CNAME to (default: URL's
+	// host).
+	Host string
+	// TLSAddr is where `mailyard api` serves HTTPS for verified custom
+	// tracking domains, with certificates from ACME; empty: not served.
+	TLSAddr string
+	// ACMEDirectory is the ACME server's directory URL; ACMEEmail the
+	// account's contact; ACMECAFile a PEM file of the CA that signed the ACME
+	// server's own certificate (a private ACME server), else the system's.
+	ACMEDirectory string
+	ACMEEmail     string
+	ACMECAFile    string
+}
+
+// DefaultACMEDirectory is Let's Encrypt's production directory.
+const DefaultACMEDirectory = "https://acme-v02.api.letsencrypt.org/directory"
+
+func (t *Tracking) load(str func(name, def string) string, addr func(name, def string) string) []error {
+	var errs []error
+	t.URL = strings.TrimSuffix(str("MAILYARD_TRACKING_URL", ""), "/")
+	if t.URL != "" {
+		u, err := url.Parse(t.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("MAILYARD_TRACKING_URL: %q is not an http or https URL without query (e.g. https://t.example.com)", t.URL))
+		} else {
+			t.Host = u.Hostname()
+		}
+	}
+	t.Host = strings.TrimSuffix(strings.ToLower(str("MAILYARD_TRACKING_HOST", t.Host)), ".")
+	if t.TLSAddr = str("MAILYARD_TRACKING_TLS_ADDR", ""); t.TLSAddr != "" {
+		t.TLSAddr = addr("MAILYARD_TRACKING_TLS_ADDR", "")
+	}
+	t.ACMEDirectory = str("MAILYARD_ACME_DIRECTORY", DefaultACMEDirectory)
+	if u, err := url.Parse(t.ACMEDirectory); err != nil || u.Scheme != "https" || u.Host == "" {
+		errs = append(errs, fmt.Errorf("MAILYARD_ACME_DIRECTORY: %q is not an https URL", t.ACMEDirectory))
+	}
+	t.ACMEEmail = str("MAILYARD_ACME_EMAIL", "")
+	t.ACMECAFile = str("MAILYARD_ACME_CA", "")
+	return errs
 }
 
 // maskTSIG keeps the key's name and algorithm, which an operator needs to match
@@ -489,6 +546,7 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 			errs = append(errs, errors.New("MAILYARD_SUBMISSION_TLS_ADDR: implicit TLS needs MAILYARD_SMTP_TLS_CERT and MAILYARD_SMTP_TLS_KEY"))
 		}
 	}
+	errs = append(errs, c.Tracking.load(str, addr)...)
 	c.Submission.AllowInsecureAuth = boolean("MAILYARD_SUBMISSION_ALLOW_INSECURE_AUTH", false)
 	maxConns := str("MAILYARD_SMTP_MAX_CONNECTIONS", "500")
 	if n, err := strconv.Atoi(maxConns); err != nil || n < 1 || n > 100000 {
