@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/uptrace/bun"
 	"go.temporal.io/sdk/activity"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/smtpsend"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/tracking"
 	"github.com/mailyard/mailyard/workflows/email"
 )
 
@@ -36,6 +38,11 @@ type Emails struct {
 	Tags *bouncetag.Tagger
 	// Runs starts the webhook deliveries of the outcome events.
 	Runs *deliveryruns.Runs
+	// Links personalizes tracked emails, whose links point at TrackingURL
+	// (or at the domain's verified custom tracking domain); nil without
+	// MAILYARD_TRACKING_URL (docs/tracking.md).
+	Links       *tracking.Links
+	TrackingURL string
 	// SendLimit bounds the SMTP part of one attempt (default
 	// DefaultSendLimit); it must end well before the attempt's own time
 	// limit in the workflow, so that recipients whose servers did not answer
@@ -98,7 +105,13 @@ func (a *Emails) Prepare(ctx context.Context, in email.PrepareInput) (email.Prep
 			return email.PrepareResult{}, err
 		}
 	}
-	if e.SignedMessage == nil && e.ErasedAt == nil {
+	switch {
+	case e.ErasedAt != nil:
+	case e.Tracked():
+		if err := a.buildAndSignEach(ctx, e, d, pending); err != nil {
+			return email.PrepareResult{}, err
+		}
+	case e.SignedMessage == nil:
 		if err := a.buildAndSign(ctx, e, d); err != nil {
 			return email.PrepareResult{}, err
 		}
@@ -137,13 +150,9 @@ func (a *Emails) buildAndSign(ctx context.Context, e *store.Email, d *store.Doma
 	if err != nil {
 		return err
 	}
-	key, err := a.Store.DKIMKeyInState(ctx, d.ID, store.DKIMActive)
+	key, signer, err := a.activeKey(ctx, e, d)
 	if err != nil {
-		return fmt.Errorf("email %s: domain %d has no active DKIM key: %w", e.ID, d.ID, err)
-	}
-	signer, err := a.openKey(key)
-	if err != nil {
-		return fmt.Errorf("email %s: %w", e.ID, err)
+		return err
 	}
 	signed, err := mailmsg.Sign(raw, d.Domain, key.Selector, signer)
 	if err != nil {
@@ -152,6 +161,94 @@ func (a *Emails) buildAndSign(ctx context.Context, e *store.Email, d *store.Doma
 	stored, err := a.Store.SaveSignedMessage(ctx, e.ID, signed, key.Selector)
 	e.SignedMessage = stored
 	return err
+}
+
+// buildAndSignEach renders, for a tracked email, each pending recipient's
+// own message (docs/tracking.md) and signs it, and stores the email's links.
+// A recipient whose message a previous run stored keeps it; the links come
+// out the same from the same HTML, and the first stored are kept.
+func (a *Emails) buildAndSignEach(ctx context.Context, e *store.Email, d *store.Domain, pending []store.EmailRecipient) error {
+	var need []*store.EmailRecipient
+	for i := range pending {
+		if pending[i].SignedMessage == nil {
+			need = append(need, &pending[i])
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	if a.Links == nil {
+		return fmt.Errorf("email %s is tracked, but MAILYARD_TRACKING_URL is not set on this worker", e.ID)
+	}
+	raw, err := buildMessage(e, d)
+	if err != nil {
+		return err
+	}
+	key, signer, err := a.activeKey(ctx, e, d)
+	if err != nil {
+		return err
+	}
+	base, err := a.trackingBase(ctx, d)
+	if err != nil {
+		return err
+	}
+	id, err := uuid.Parse(e.ID)
+	if err != nil {
+		return fmt.Errorf("email %s: %w", e.ID, err)
+	}
+	settings := tracking.Settings{Opens: e.TrackOpens, Clicks: e.TrackClicks, Unsubscribe: e.TrackUnsubscribe}
+	linksSaved := false
+	for _, r := range need {
+		p, err := a.Links.Personalize(raw, base, settings, id, r.Position)
+		if err != nil {
+			// A submitted message whose MIME cannot be read with
+			// certainty goes out as it came, rather than not at all.
+			if activity.IsActivity(ctx) {
+				activity.GetLogger(ctx).Warn("email not tracked: its message cannot be rewritten", "email_id", e.ID, "error", err)
+			}
+			p = tracking.Personalized{Message: raw}
+		}
+		if !linksSaved {
+			if err := a.Store.SaveEmailLinks(ctx, e.ID, p.Links); err != nil {
+				return err
+			}
+			linksSaved = true
+		}
+		signed, err := mailmsg.Sign(p.Message, d.Domain, key.Selector, signer)
+		if err != nil {
+			return fmt.Errorf("email %s: sign: %w", e.ID, err)
+		}
+		if r.SignedMessage, err = a.Store.SaveRecipientMessage(ctx, e.ID, r.Position, signed); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// trackingBase is where a domain's tracking links point: its custom
+// tracking domain once that is verified, else MAILYARD_TRACKING_URL.
+func (a *Emails) trackingBase(ctx context.Context, d *store.Domain) (string, error) {
+	if d.TrackingDomain == nil {
+		return a.TrackingURL, nil
+	}
+	status, err := a.Store.TrackingDomainStatus(ctx, d.ID)
+	if err != nil || status != store.RecordVerified {
+		return a.TrackingURL, err
+	}
+	return "https://" + *d.TrackingDomain, nil
+}
+
+// activeKey is the domain's active DKIM key, opened for signing.
+func (a *Emails) activeKey(ctx context.Context, e *store.Email, d *store.Domain) (*store.DKIMKey, crypto.Signer, error) {
+	key, err := a.Store.DKIMKeyInState(ctx, d.ID, store.DKIMActive)
+	if err != nil {
+		return nil, nil, fmt.Errorf("email %s: domain %d has no active DKIM key: %w", e.ID, d.ID, err)
+	}
+	signer, err := a.openKey(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("email %s: %w", e.ID, err)
+	}
+	return key, signer, nil
 }
 
 // buildMessage is the message of an email before signing: built from the
@@ -212,22 +309,17 @@ func (a *Emails) Attempt(ctx context.Context, in email.AttemptInput) (email.Atte
 		out.Bounced = len(pending)
 		return out, a.endAll(ctx, e, d, pending, reasonDomainDeleted)
 	}
-	if e.SignedMessage == nil {
-		return out, fmt.Errorf("email %s has no signed message to send", e.ID)
-	}
-
-	addrs := make([]string, len(pending))
-	for i, r := range pending {
-		addrs[i] = r.Address
-	}
 	limit := a.SendLimit
 	if limit <= 0 {
 		limit = DefaultSendLimit
 	}
 	sendCtx, cancel := context.WithTimeout(ctx, limit)
 	started := time.Now()
-	results := a.Sender.Send(sendCtx, envelopeSender(e, d), addrs, e.SignedMessage)
+	results, err := a.send(sendCtx, e, d, pending)
 	cancel()
+	if err != nil {
+		return out, err
+	}
 	if err := ctx.Err(); err != nil {
 		// The worker is stopping: nothing is recorded, and the retried
 		// attempt sends again (the same bytes and Message-ID).
@@ -264,6 +356,29 @@ func (a *Emails) Attempt(ctx context.Context, in email.AttemptInput) (email.Atte
 		metrics.CountEmailRecipient(recipientOutcome(change.Status))
 	}
 	return out, a.settle(ctx, e.ID)
+}
+
+// send makes one attempt to every pending recipient: the email's one
+// message, or each recipient's own when the email is tracked.
+func (a *Emails) send(ctx context.Context, e *store.Email, d *store.Domain, pending []store.EmailRecipient) ([]smtpsend.Result, error) {
+	if e.Tracked() {
+		envs := make([]smtpsend.Envelope, len(pending))
+		for i, r := range pending {
+			if r.SignedMessage == nil {
+				return nil, fmt.Errorf("email %s has no signed message for recipient %d", e.ID, r.Position)
+			}
+			envs[i] = smtpsend.Envelope{Recipient: r.Address, Message: r.SignedMessage}
+		}
+		return a.Sender.SendEach(ctx, envelopeSender(e, d), envs), nil
+	}
+	if e.SignedMessage == nil {
+		return nil, fmt.Errorf("email %s has no signed message to send", e.ID)
+	}
+	addrs := make([]string, len(pending))
+	for i, r := range pending {
+		addrs[i] = r.Address
+	}
+	return a.Sender.Send(ctx, envelopeSender(e, d), addrs, e.SignedMessage), nil
 }
 
 // recipientOutcome is the metrics label of a recipient's status after an

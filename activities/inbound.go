@@ -18,6 +18,8 @@ import (
 	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/metrics"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/tracking"
+	"github.com/mailyard/mailyard/internal/tracktoken"
 	"github.com/mailyard/mailyard/workflows/inbound"
 )
 
@@ -29,6 +31,11 @@ type Inbound struct {
 	// Runs starts the webhook deliveries of the events a report caused.
 	Runs   *deliveryruns.Runs
 	Logger *slog.Logger
+	// Unsubscribes records mail to unsubscribe+<token>@ the bounce host,
+	// the mailto: form of one-click unsubscribe, with the tokens of Tokens
+	// (docs/tracking.md); nil: such mail is unrecognized.
+	Unsubscribes *tracking.Recorder
+	Tokens       *tracktoken.Keys
 }
 
 // feedbackComplaints are the ARF feedback types that are complaints: the
@@ -72,7 +79,7 @@ func (a *Inbound) Handle(ctx context.Context, in inbound.HandleInput) (inbound.H
 	if err != nil {
 		return inbound.HandleResult{}, err
 	}
-	kind, effects, err := a.apply(ctx, report, email)
+	kind, effects, err := a.apply(ctx, report, email, m.Recipients)
 	if err != nil {
 		return inbound.HandleResult{}, err
 	}
@@ -100,7 +107,7 @@ func (a *Inbound) Handle(ctx context.Context, in inbound.HandleInput) (inbound.H
 
 // apply carries out what a report says and returns its final kind and how
 // many recipients it changed.
-func (a *Inbound) apply(ctx context.Context, report *bouncereport.Report, email *reportedEmail) (string, int, error) {
+func (a *Inbound) apply(ctx context.Context, report *bouncereport.Report, email *reportedEmail, recipients []string) (string, int, error) {
 	switch report.Kind {
 	case bouncereport.KindDSN:
 		if email == nil {
@@ -136,10 +143,37 @@ func (a *Inbound) apply(ctx context.Context, report *bouncereport.Report, email 
 			response: status + " (reported later by mail)"})
 		return store.InboundLegacyBounce, n, err
 	}
-	// Unsubscribe mail is recognised once one-click unsubscribe exists
-	// (docs/inbound.md); until then it is kept, counted and dropped as
-	// unrecognized, like anything else.
+	if report.Kind == bouncereport.KindUnsubscribe && a.Unsubscribes != nil {
+		n, err := a.applyUnsubscribe(ctx, recipients)
+		if n == 0 && err == nil {
+			return store.InboundUnrecognized, 0, nil
+		}
+		return store.InboundUnsubscribe, n, err
+	}
 	return store.InboundUnrecognized, 0, nil
+}
+
+// applyUnsubscribe does for each valid unsubscribe+<token> address the
+// message was sent to what the one-click POST does; a token that is not
+// valid changes nothing. The local part's case may have been changed on the
+// way, and tokens are lower case.
+func (a *Inbound) applyUnsubscribe(ctx context.Context, recipients []string) (int, error) {
+	n := 0
+	for _, r := range recipients {
+		local, _, _ := strings.Cut(r, "@")
+		if len(local) <= len(bouncetag.UnsubscribePrefix) || !strings.EqualFold(local[:len(bouncetag.UnsubscribePrefix)], bouncetag.UnsubscribePrefix) {
+			continue
+		}
+		tok, err := a.Tokens.Parse(tracktoken.Unsubscribe, strings.ToLower(local[len(bouncetag.UnsubscribePrefix):]))
+		if err != nil {
+			continue
+		}
+		if err := a.Unsubscribes.Unsubscribe(ctx, tok); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // applyDSN applies each per-recipient block of a delivery status

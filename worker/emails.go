@@ -11,6 +11,7 @@ import (
 	"github.com/mailyard/mailyard/internal/metrics"
 	"github.com/mailyard/mailyard/internal/smtpsend"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/tracking"
 	"github.com/mailyard/mailyard/workflows/email"
 	"github.com/mailyard/mailyard/workflows/inbound"
 )
@@ -32,9 +33,18 @@ func newEmailWorker(d Deps, fatal chan<- error) (sdkworker.Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	links, err := tracking.NewLinks(d.Config.EncryptionKey, d.Config.BounceHost)
+	if err != nil {
+		return nil, err
+	}
+	emails := &activities.Emails{Store: d.Store, Box: d.Box, Tags: tags, Sender: sender, Runs: d.Events.Runs}
+	if d.Config.Tracking.URL != "" {
+		emails.Links, emails.TrackingURL = links, d.Config.Tracking.URL
+	}
 	w := sdkworker.New(d.Client, email.TaskQueue, workerOptions(emailStopTimeout, fatal))
-	RegisterEmails(w, &activities.Emails{Store: d.Store, Box: d.Box, Tags: tags, Sender: sender, Runs: d.Events.Runs})
-	RegisterInbound(w, &activities.Inbound{Store: d.Store, Runs: d.Events.Runs, Logger: d.Logger})
+	RegisterEmails(w, emails)
+	RegisterInbound(w, &activities.Inbound{Store: d.Store, Runs: d.Events.Runs, Logger: d.Logger,
+		Unsubscribes: &tracking.Recorder{Store: d.Store, Runs: d.Events.Runs}, Tokens: links.Keys})
 	metrics.StartInboundKinds(store.InboundKinds())
 	return w, nil
 }

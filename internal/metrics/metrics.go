@@ -137,6 +137,14 @@ func ObserveEmailAttempt(d time.Duration) { emailDuration.Observe(d.Seconds()) }
 // outcomes.
 func CountEmailRecipient(outcome string) { emailRecipients.WithLabelValues(outcome).Inc() }
 
+var trackingRequests = register(prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "mailyard_tracking_requests_total",
+	Help: "Requests to the tracking routes, by route (open, click, unsubscribe_page, unsubscribe) and result (ok, invalid, unknown, bad_request).",
+}, []string{"route", "result"}))
+
+// CountTrackingRequest counts one request to a tracking route.
+func CountTrackingRequest(route, result string) { trackingRequests.WithLabelValues(route, result).Inc() }
+
 var inboundMessages = register(prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "mailyard_inbound_messages_total",
 	Help: "Messages received at the bounce host and handled, by kind (dsn, arf, arf_other, auto_reply, legacy_bounce, unsubscribe, unrecognized).",

@@ -72,13 +72,55 @@ func (s *Sender) Send(ctx context.Context, from string, recipients []string, msg
 		of[rcpt] = b
 	}
 
+	for _, b := range batches {
+		b.msg = msg
+	}
+	s.run(ctx, from, batches, results)
+	return results
+}
+
+// Envelope is one recipient with a message of its own.
+type Envelope struct {
+	Recipient string
+	Message   []byte
+}
+
+// SendEach is Send for recipients that each have their own message (a
+// tracked email, docs/tracking.md): one transaction per recipient, as many
+// at once as Send runs. It returns one Result per envelope, in order.
+func (s *Sender) SendEach(ctx context.Context, from string, envs []Envelope) []Result {
+	results := make([]Result, len(envs))
+	if _, err := addressDomain(from); err != nil {
+		o := deferred("invalid envelope sender: %v", err)
+		for i, env := range envs {
+			results[i] = o.result(env.Recipient)
+		}
+		return results
+	}
+	var batches []*batch
+	for i, env := range envs {
+		domain, err := addressDomain(env.Recipient)
+		if err != nil {
+			results[i] = outcome{status: HardBounce, code: codeInvalidAddress, message: "invalid recipient address: " + err.Error()}.result(env.Recipient)
+			continue
+		}
+		batches = append(batches, &batch{domain: domain, rcpts: []string{env.Recipient},
+			index: map[string][]int{env.Recipient: {i}}, msg: env.Message})
+	}
+	s.run(ctx, from, batches, results)
+	return results
+}
+
+// run makes the batches' transactions, parallelTransactions at a time, and
+// writes each recipient's result.
+func (s *Sender) run(ctx context.Context, from string, batches []*batch, results []Result) {
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, parallelTransactions)
 	for _, b := range batches {
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			outcomes := s.deliver(ctx, b.domain, from, b.rcpts, msg)
+			outcomes := s.deliver(ctx, b.domain, from, b.rcpts, b.msg)
 			for j, rcpt := range b.rcpts {
 				for _, i := range b.index[rcpt] {
 					results[i] = outcomes[j].result(rcpt)
@@ -87,7 +129,6 @@ func (s *Sender) Send(ctx context.Context, from string, recipients []string, msg
 		})
 	}
 	wg.Wait()
-	return results
 }
 
 // batch is the recipients of one transaction.
@@ -95,6 +136,7 @@ type batch struct {
 	domain string // mx mode: the recipients' domain, for DNS
 	rcpts  []string
 	index  map[string][]int // recipient → its positions in Send's list
+	msg    []byte
 }
 
 // deliver runs one transaction and returns one outcome per recipient.

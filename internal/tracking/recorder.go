@@ -1,0 +1,115 @@
+package tracking
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/uptrace/bun"
+
+	"github.com/mailyard/mailyard/internal/deliveryruns"
+	"github.com/mailyard/mailyard/internal/emailevent"
+	"github.com/mailyard/mailyard/internal/eventtype"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/tracktoken"
+)
+
+// Recorder records what recipients do with tracked emails: the event (the
+// first open of each recipient, the first click of each link per
+// recipient, the unsubscribe), the statistics (per recipient) and, for an
+// unsubscribe, the suppression, in one transaction; then it starts the
+// webhook deliveries.
+type Recorder struct {
+	Store *store.Store
+	Runs  *deliveryruns.Runs
+}
+
+// engagementData is the data of opened, clicked and unsubscribed events.
+type engagementData struct {
+	MessageID string `json:"message_id"`
+	ToEmail   string `json:"to_email"`
+	Subject   string `json:"subject"`
+	URL       string `json:"url,omitempty"`
+	UserAgent string `json:"user_agent,omitempty"`
+}
+
+// maxUserAgent bounds the user agent kept in an event, in bytes.
+const maxUserAgent = 512
+
+// Open records an open.
+func (r *Recorder) Open(ctx context.Context, t tracktoken.Token, userAgent string) error {
+	return r.record(ctx, t, store.EngagedOpen, eventtype.Opened, store.StatOpened, "", "open:"+strconv.Itoa(t.Recipient), userAgent)
+}
+
+// Click records a click on the link url.
+func (r *Recorder) Click(ctx context.Context, t tracktoken.Token, url, userAgent string) error {
+	return r.record(ctx, t, store.EngagedClick, eventtype.Clicked, store.StatClicked, url,
+		"click:"+strconv.Itoa(t.Recipient)+":"+strconv.Itoa(t.Link), userAgent)
+}
+
+// Unsubscribe suppresses the recipient's address for mail sent with
+// unsubscribe on. Repeating it changes nothing.
+func (r *Recorder) Unsubscribe(ctx context.Context, t tracktoken.Token) error {
+	return r.record(ctx, t, store.EngagedUnsubscribe, eventtype.Unsubscribed, store.StatUnsubscribed, "", "unsubscribe:"+strconv.Itoa(t.Recipient), "")
+}
+
+// record stores one engagement. The event's id names the recipient (and
+// link), so the event is stored once however often it happens; the
+// statistics count the recipient's first engagement of the kind. A token of
+// an email that no longer exists records nothing.
+func (r *Recorder) record(ctx context.Context, t tracktoken.Token, what store.Engagement, typ eventtype.Type,
+	counter store.StatCounter, url, eventKey, userAgent string) error {
+	e, d, err := r.Store.EmailForDelivery(ctx, t.EmailID.String())
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	at := time.Now().UTC().Truncate(time.Microsecond)
+	err = r.Store.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		first, rcpt, err := store.RecordEngagement(ctx, tx, e.ID, t.Recipient, what, at)
+		if err != nil {
+			return err
+		}
+		if what == store.EngagedUnsubscribe {
+			if err := store.Suppress(ctx, tx, e.OrganizationID, rcpt.Address, store.SuppressionUnsubscribe); err != nil {
+				return err
+			}
+		}
+		if !first {
+			counter = ""
+		}
+		data := engagementData{MessageID: e.ID, ToEmail: rcpt.Address, Subject: e.Subject, URL: url, UserAgent: cleanUserAgent(userAgent)}
+		_, err = emailevent.Record(ctx, tx, e, d.Domain, store.EmailEventIDPrefix(e.ID)+eventKey, typ, counter, rcpt.Address, at, data)
+		return err
+	})
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	return emailevent.StartDeliveries(ctx, r.Store, r.Runs, e.ID)
+}
+
+// cleanUserAgent keeps a printable, bounded user agent: it goes into
+// webhooks and the event list.
+func cleanUserAgent(ua string) string {
+	ua = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == unicode.ReplacementChar {
+			return -1
+		}
+		return r
+	}, ua)
+	if len(ua) > maxUserAgent {
+		ua = strings.ToValidUTF8(ua[:maxUserAgent], "")
+	}
+	return strings.TrimSpace(ua)
+}
+
+// ignoreNotFound makes a token of an email (or recipient) that is gone a
+// no-op: tokens outlive the emails they name.
+func ignoreNotFound(err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	return err
+}

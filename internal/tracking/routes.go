@@ -1,0 +1,287 @@
+package tracking
+
+import (
+	"context"
+	"errors"
+	"html/template"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mailyard/mailyard/internal/metrics"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/tracktoken"
+)
+
+// pixel is a 1×1 transparent GIF (43 bytes).
+var pixel = []byte{
+	'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0, 0x80, 0, 0, // header, 1×1, 2-colour table
+	0, 0, 0, 0xff, 0xff, 0xff, // the colour table
+	0x21, 0xf9, 4, 1, 0, 0, 0, 0, // graphic control: colour 0 is transparent
+	0x2c, 0, 0, 0, 0, 1, 0, 1, 0, 0, // image descriptor
+	2, 2, 0x44, 1, 0, // the one pixel, LZW
+	0x3b, // trailer
+}
+
+// maxFormBody bounds an unsubscribe POST's body: the form has one field.
+const maxFormBody = 16 << 10
+
+// Routes serves the tracking routes (docs/tracking.md) on the API's public
+// listener and on the custom domains' HTTPS listener. A pixel or click
+// answers from at most one indexed read and queues its event; an
+// unsubscribe is recorded before it answers.
+type Routes struct {
+	Keys     *tracktoken.Keys
+	Store    *store.Store
+	Recorder *Recorder
+	Queue    *Queue
+	// Hosts are the host names of MAILYARD_TRACKING_URL and
+	// MAILYARD_TRACKING_HOST; a request to any other host must be the
+	// custom tracking domain of the email's own domain.
+	Hosts  []string
+	Logger *slog.Logger
+}
+
+// Register adds the routes to mux.
+func (rt *Routes) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET "+OpenPath+"{file}", rt.open)
+	mux.HandleFunc("GET "+ClickPath+"{token}", rt.click)
+	mux.HandleFunc("GET "+UnsubscribePath+"{token}", rt.unsubscribePage)
+	mux.HandleFunc("POST "+UnsubscribePath+"{token}", rt.unsubscribe)
+}
+
+// open answers the pixel for any token, so a client learns nothing from
+// it, and records the open of a valid one.
+func (rt *Routes) open(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "image/gif")
+	h.Set("Cache-Control", "no-store")
+	w.Write(pixel)
+	tok, err := rt.Keys.Parse(tracktoken.Open, strings.TrimSuffix(r.PathValue("file"), pixelSuffix))
+	if err != nil {
+		metrics.CountTrackingRequest("open", "invalid")
+		return
+	}
+	metrics.CountTrackingRequest("open", "ok")
+	ua := r.UserAgent()
+	rt.Queue.Add(func(ctx context.Context) error { return rt.Recorder.Open(ctx, tok, ua) })
+}
+
+// click redirects to the link's stored URL, and only to it.
+func (rt *Routes) click(w http.ResponseWriter, r *http.Request) {
+	tok, err := rt.Keys.Parse(tracktoken.Click, r.PathValue("token"))
+	if err != nil {
+		metrics.CountTrackingRequest("click", "invalid")
+		rt.page(w, http.StatusNotFound, pageUnknownLink, "")
+		return
+	}
+	target, err := rt.Store.ClickTarget(r.Context(), tok.EmailID.String(), tok.Link)
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			rt.Logger.Error("tracking: reading a link", "error", err)
+			rt.page(w, http.StatusServiceUnavailable, pageUnavailable, "")
+			return
+		}
+		metrics.CountTrackingRequest("click", "unknown")
+		rt.page(w, http.StatusNotFound, pageUnknownLink, "")
+		return
+	}
+	if !rt.hostAllowed(r, target.TrackingDomain) || !redirectable(target.URL) {
+		metrics.CountTrackingRequest("click", "unknown")
+		rt.page(w, http.StatusNotFound, pageUnknownLink, "")
+		return
+	}
+	metrics.CountTrackingRequest("click", "ok")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	// Set, not http.Redirect: the URL goes out exactly as the customer
+	// wrote it (http.Redirect would clean and re-escape it).
+	w.Header().Set("Location", target.URL)
+	w.WriteHeader(http.StatusFound)
+	ua, link := r.UserAgent(), target.URL
+	rt.Queue.Add(func(ctx context.Context) error { return rt.Recorder.Click(ctx, tok, link, ua) })
+}
+
+// unsubscribePage asks for confirmation and changes nothing: link scanners
+// fetch every link of a message.
+func (rt *Routes) unsubscribePage(w http.ResponseWriter, r *http.Request) {
+	if _, err := rt.Keys.Parse(tracktoken.Unsubscribe, r.PathValue("token")); err != nil {
+		metrics.CountTrackingRequest("unsubscribe_page", "invalid")
+		rt.page(w, http.StatusNotFound, pageUnknownLink, "")
+		return
+	}
+	metrics.CountTrackingRequest("unsubscribe_page", "ok")
+	rt.page(w, http.StatusOK, pageConfirm, r.URL.Path)
+}
+
+// unsubscribe is RFC 8058's one-click POST (and the confirm page's form).
+func (rt *Routes) unsubscribe(w http.ResponseWriter, r *http.Request) {
+	tok, err := rt.Keys.Parse(tracktoken.Unsubscribe, r.PathValue("token"))
+	if err != nil {
+		metrics.CountTrackingRequest("unsubscribe", "invalid")
+		rt.page(w, http.StatusNotFound, pageUnknownLink, "")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
+	if !oneClick(r) {
+		metrics.CountTrackingRequest("unsubscribe", "bad_request")
+		rt.page(w, http.StatusBadRequest, pageBadRequest, "")
+		return
+	}
+	if err := rt.Recorder.Unsubscribe(r.Context(), tok); err != nil {
+		rt.Logger.Error("tracking: recording an unsubscribe", "error", err)
+		rt.page(w, http.StatusServiceUnavailable, pageUnavailable, "")
+		return
+	}
+	metrics.CountTrackingRequest("unsubscribe", "ok")
+	rt.page(w, http.StatusOK, pageUnsubscribed, "")
+}
+
+// oneClick reports whether the body is RFC 8058's
+// List-Unsubscribe=One-Click, form-encoded or multipart.
+func oneClick(r *http.Request) bool {
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch mt {
+	case "multipart/form-data":
+		if r.ParseMultipartForm(maxFormBody) != nil {
+			return false
+		}
+	case "application/x-www-form-urlencoded":
+		if r.ParseForm() != nil {
+			return false
+		}
+	default:
+		return false
+	}
+	return r.PostForm.Get("List-Unsubscribe") == "One-Click"
+}
+
+// hostAllowed refuses a click that arrives at a custom tracking domain
+// other than its own email's: one organization's domain does not redirect
+// for another's tokens.
+func (rt *Routes) hostAllowed(r *http.Request, trackingDomain *string) bool {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	for _, h := range rt.Hosts {
+		if host == h {
+			return true
+		}
+	}
+	return trackingDomain != nil && host == *trackingDomain
+}
+
+// redirectable reports whether the stored URL is one the click route may
+// send a browser to: http or https only, whatever was stored.
+func redirectable(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// The pages of the routes: short, no JavaScript, nothing from elsewhere.
+const (
+	pageConfirm = iota
+	pageUnsubscribed
+	pageUnknownLink
+	pageBadRequest
+	pageUnavailable
+)
+
+var pages = template.Must(template.New("page").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="robots" content="noindex"><title>{{.Title}}</title>
+<style>body{font-family:system-ui,sans-serif;max-width:32rem;margin:4rem auto;padding:0 1rem;color:#222}button{font-size:1rem;padding:.5rem 1rem}</style>
+</head><body><h1>{{.Title}}</h1><p>{{.Text}}</p>
+{{if .Action}}<form method="post" action="{{.Action}}"><input type="hidden" name="List-Unsubscribe" value="One-Click"><button type="submit">Unsubscribe</button></form>{{end}}
+</body></html>
+`))
+
+var pageText = map[int]struct{ Title, Text string }{
+	pageConfirm:      {"Unsubscribe", "Stop receiving emails like this one at this address?"},
+	pageUnsubscribed: {"You are unsubscribed", "This address will no longer receive emails like this one."},
+	pageUnknownLink:  {"Link not found", "This link is not valid or has expired."},
+	pageBadRequest:   {"Bad request", "The request is not a one-click unsubscribe."},
+	pageUnavailable:  {"Try again later", "The service is unavailable at the moment."},
+}
+
+func (rt *Routes) page(w http.ResponseWriter, status, which int, action string) {
+	p := pageText[which]
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = pages.Execute(w, struct{ Title, Text, Action string }{p.Title, p.Text, action})
+}
+
+// Queue runs the event writes of opens and clicks after their answer, so a
+// pixel or redirect does not wait for the database. When it is full, Add
+// runs the write in the request instead: under a flood, requests slow down
+// rather than lose events.
+type Queue struct {
+	jobs   chan func(context.Context) error
+	logger *slog.Logger
+	wg     sync.WaitGroup
+}
+
+// NewQueue makes a queue of size jobs; Run works it.
+func NewQueue(size int, logger *slog.Logger) *Queue {
+	return &Queue{jobs: make(chan func(context.Context) error, size), logger: logger}
+}
+
+// Add queues a job, or runs it now when the queue is full.
+func (q *Queue) Add(job func(context.Context) error) {
+	select {
+	case q.jobs <- job:
+	default:
+		q.run(context.Background(), job)
+	}
+}
+
+// Run works the queue with n workers until ctx ends, then finishes the
+// jobs already queued (each bounded by a time limit).
+func (q *Queue) Run(ctx context.Context, n int) {
+	for range n {
+		q.wg.Go(func() {
+			for {
+				select {
+				case job := <-q.jobs:
+					q.run(context.Background(), job)
+				case <-ctx.Done():
+					q.drain()
+					return
+				}
+			}
+		})
+	}
+	q.wg.Wait()
+}
+
+func (q *Queue) drain() {
+	for {
+		select {
+		case job := <-q.jobs:
+			q.run(context.Background(), job)
+		default:
+			return
+		}
+	}
+}
+
+// jobTimeout bounds one event write.
+const jobTimeout = 30 * time.Second
+
+func (q *Queue) run(ctx context.Context, job func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(ctx, jobTimeout)
+	defer cancel()
+	if err := job(ctx); err != nil {
+		q.logger.Error("tracking: recording an event", "error", err)
+	}
+}
