@@ -12,14 +12,15 @@ import (
 
 // DomainDetail is data.domain of Get domain and Update DKIM settings.
 type DomainDetail struct {
-	ID                int64      `json:"id" example:"1"`
-	Domain            string     `json:"domain" example:"example.com"`
-	Status            string     `json:"status" enum:"pending,verified,failed"`
-	MailFromSubdomain string     `json:"mailfrom_subdomain" example:"mail.example.com"`
-	CreatedAt         time.Time  `json:"created_at"`
-	VerifiedAt        *time.Time `json:"verified_at" nullable:"true"`
-	LastCheckedAt     *time.Time `json:"last_checked_at" nullable:"true"`
-	DKIM              DKIMState  `json:"dkim"`
+	ID                int64          `json:"id" example:"1"`
+	Domain            string         `json:"domain" example:"example.com"`
+	Status            string         `json:"status" enum:"pending,verified,failed"`
+	MailFromSubdomain string         `json:"mailfrom_subdomain" example:"mail.example.com"`
+	CreatedAt         time.Time      `json:"created_at"`
+	VerifiedAt        *time.Time     `json:"verified_at" nullable:"true"`
+	LastCheckedAt     *time.Time     `json:"last_checked_at" nullable:"true"`
+	DKIM              DKIMState      `json:"dkim"`
+	Tracking          DomainTracking `json:"tracking"`
 }
 
 // DKIMState is a domain's signing keys and rotation, never key material.
@@ -147,7 +148,8 @@ func (s *Server) domainDetail(ctx context.Context, d *store.Domain) (DomainDetai
 		}
 		out.DKIM.Keys = append(out.DKIM.Keys, DKIMKey{Selector: k.Selector, State: k.State, Bits: k.Bits, CreatedAt: k.CreatedAt.UTC()})
 	}
-	return out, nil
+	out.Tracking, err = s.domainTracking(ctx, d)
+	return out, err
 }
 
 func (s *Server) deleteDomain(ctx context.Context, in *DomainIDInput) (*Response[DeletedDomainData], error) {

@@ -74,6 +74,7 @@ type EmailBody struct {
 	Headers     map[string]string `json:"headers,omitempty" doc:"Extra headers: X-… names, List-Unsubscribe, List-Unsubscribe-Post, In-Reply-To, References."`
 	Attachments []EmailAttachment `json:"attachments,omitempty" maxItems:"100"`
 	ScheduledAt string            `json:"scheduled_at,omitempty" maxLength:"64" doc:"Send at this time instead of now: RFC 3339 with a time-zone offset or Z, at most 30 days ahead; up to 5 minutes in the past means now." example:"2026-12-01T09:00:00+01:00"`
+	Tracking    *EmailTracking    `json:"tracking,omitempty" doc:"Opens, clicks and unsubscribe for this email, over the domain's settings; with any on, each recipient gets a message of their own."`
 }
 
 // SendEmailInput is the body of Send email.
@@ -330,6 +331,9 @@ func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[Q
 	if len(details) > 0 {
 		return nil, newError(CodeValidationFailed, "validation failed", details...)
 	}
+	if err := s.applyTracking(n.Email, in.Body.Tracking, d); err != nil {
+		return nil, err
+	}
 	// Checked after the body, so a client learns about both kinds of problem
 	// from the first answer it can act on.
 	if d.Status != store.DomainVerified {
@@ -379,6 +383,11 @@ func (s *Server) sendEmailBatch(ctx context.Context, in *SendEmailBatchInput) (*
 	}
 	if len(details) > 0 {
 		return nil, newError(CodeValidationFailed, "validation failed; no email of the batch was sent", details...)
+	}
+	for i, n := range emails {
+		if err := s.applyTracking(n.Email, in.Body[i].Tracking, d); err != nil {
+			return nil, err
+		}
 	}
 	if d.Status != store.DomainVerified {
 		return nil, newError(CodeDomainNotVerified, "the key's domain "+d.Domain+" is "+d.Status+"; only verified domains send")

@@ -25,6 +25,7 @@ const (
 	CodeDomainNotVerified     = apperr.DomainNotVerified
 	CodeEmailNotScheduled     = apperr.EmailNotScheduled
 	CodeConflict              = apperr.Conflict
+	CodeTrackingNotConfigured = apperr.TrackingNotConfigured
 	CodeWebhookLimitReached   = apperr.WebhookLimitReached
 	CodeIdempotencyInProgress = apperr.IdempotencyInProgress
 	CodeRotationInProgress    = apperr.RotationInProgress
@@ -52,6 +53,7 @@ var httpStatusByCode = map[string]int{
 	apperr.DomainExists:          http.StatusConflict,
 	apperr.DomainNotVerified:     http.StatusConflict,
 	apperr.EmailNotScheduled:     http.StatusConflict,
+	apperr.TrackingNotConfigured: http.StatusConflict,
 	apperr.RotationInProgress:    http.StatusConflict,
 	apperr.WebhookLimitReached:   http.StatusConflict,
 	apperr.TooManySecrets:        http.StatusConflict,

@@ -20,6 +20,7 @@ import (
 	"github.com/mailyard/mailyard/internal/ratelimit"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/tracking"
 	"github.com/mailyard/mailyard/internal/verification"
 )
 
@@ -73,6 +74,12 @@ type Server struct {
 	// platform emits webhook.disabled when a webhook is disabled here.
 	platform *platformevents.Emitter
 
+	// tracking serves the tracking routes (nil without an encryption
+	// key); trackingQueue writes their events.
+	tracking        *tracking.Routes
+	trackingHandler http.Handler
+	trackingQueue   *tracking.Queue
+
 	api     huma.API
 	handler http.Handler
 }
@@ -107,7 +114,11 @@ func New(d Deps) *Server {
 	s.registerEmails()
 	s.registerSuppressions()
 	s.registerStats()
+	s.registerTracking()
 	documentResponseHeaders(s.api.OpenAPI())
+	if s.box != nil {
+		s.registerTrackingRoutes(mux)
+	}
 	// The reference UI from the binary (Huma's own /docs loads it from a CDN).
 	docsui.Register(mux, docsui.Options{Path: "/docs", Title: "Mailyard API Reference", OpenAPIURL: "/openapi.json"})
 
@@ -137,6 +148,9 @@ func (s *Server) Run(ctx context.Context) {
 	go s.sweepIdempotencyKeys(ctx)
 	go s.sweepUnstarted(ctx)
 	go s.erasePreviousSecrets(ctx)
+	if s.trackingQueue != nil {
+		go s.trackingQueue.Run(ctx, trackingWriters)
+	}
 	s.usage.Run(ctx)
 }
 

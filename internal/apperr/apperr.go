@@ -28,6 +28,7 @@ const (
 	RotationInProgress    = "rotation_in_progress"    // a DKIM rotation of the domain is under way
 	WebhookLimitReached   = "webhook_limit_reached"   // the organization has the most webhooks it can have
 	TooManySecrets        = "too_many_secrets"        // the webhook has the most unexpired previous secrets
+	TrackingNotConfigured = "tracking_not_configured" // tracking needs MAILYARD_TRACKING_URL
 	IdempotencyInProgress = "idempotency_in_progress" // a request with this Idempotency-Key is being answered
 	IdempotencyKeyReused  = "idempotency_key_reused"  // the Idempotency-Key was used for another request
 	PayloadTooLarge       = "payload_too_large"       // the body is too long

@@ -239,6 +239,8 @@ func (s *session) Data(r io.Reader) error {
 		ID: id, OrganizationID: s.key.OrganizationID, DomainID: s.domain.ID, Source: store.SourceSMTP,
 		FromAddress: from, To: info.To, Cc: info.Cc, Subject: info.Subject, Content: prepared,
 		MessageIDHeader: &info.MessageID,
+		// Submitted mail is tracked as its domain says (docs/tracking.md).
+		TrackOpens: s.domain.TrackOpens, TrackClicks: s.domain.TrackClicks, TrackUnsubscribe: s.domain.TrackUnsubscribe,
 		// The client is told the id: the email is promised even if its
 		// workflow does not start now (the API's sweep starts it).
 		Answered: true,
