@@ -42,7 +42,7 @@ type ListDomainsInput struct {
 
 // DNSRecord is a record the customer creates at their DNS provider.
 type DNSRecord struct {
-	Purpose string `json:"purpose" enum:"DKIM CNAME 1,DKIM CNAME 2,SPF,MX (bounce routing)"`
+	Purpose string `json:"purpose" enum:"DKIM CNAME 1,DKIM CNAME 2,SPF,MX (bounce routing),Tracking (CNAME)"`
 	Type    string `json:"type" enum:"CNAME,TXT,MX"`
 	Name    string `json:"name" example:"abc-1._domainkey.example.com"`
 	Value   string `json:"value"`

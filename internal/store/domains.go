@@ -237,8 +237,11 @@ func (s *Store) SaveChecks(ctx context.Context, domainID int64, checks []RecordC
 		if _, err := tx.NewUpdate().Model((*Domain)(nil)).Set("last_checked_at = ?", at).Where("id = ?", domainID).Exec(ctx); err != nil {
 			return err
 		}
+		// The custom tracking domain's record is optional: the domain
+		// sends without it.
 		unverified, err := tx.NewSelect().Model((*DomainRecord)(nil)).
-			Where("domain_id = ?", domainID).Where("status <> ?", RecordVerified).Count(ctx)
+			Where("domain_id = ?", domainID).Where("status <> ?", RecordVerified).
+			Where("position <> ?", TrackingRecordPosition).Count(ctx)
 		if err != nil {
 			return err
 		}

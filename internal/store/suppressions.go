@@ -63,7 +63,7 @@ func Suppress(ctx context.Context, db bun.IDB, orgID int64, email, reason string
 	}
 	_, err := db.NewInsert().Model(&Suppression{OrganizationID: orgID, Email: email, Reason: reason, CreatedAt: now()}).
 		On("CONFLICT (organization_id, email) DO UPDATE").Set("reason = EXCLUDED.reason").
-		Where("suppressions.reason = ?", SuppressionUnsubscribe).Where("EXCLUDED.reason <> ?", SuppressionUnsubscribe).
+		Where("?TableAlias.reason = ?", SuppressionUnsubscribe).Where("EXCLUDED.reason <> ?", SuppressionUnsubscribe).
 		Exec(ctx)
 	return err
 }

@@ -88,12 +88,13 @@ func (s *Store) TrackingDomainStatus(ctx context.Context, domainID int64) (strin
 }
 
 // VerifiedTrackingDomain reports whether host is the custom tracking domain
-// of a domain that is not deleted, with its record verified: the only names
-// the tracking TLS listener obtains certificates for.
+// of a verified domain, with its record verified: the only names the
+// tracking TLS listener obtains certificates for. (Two organizations may
+// add the same domain; only the one that verified it owns its subdomains.)
 func (s *Store) VerifiedTrackingDomain(ctx context.Context, host string) (bool, error) {
 	n, err := s.DB.NewSelect().TableExpr("domains AS d").
 		Join("JOIN domain_records AS r ON r.domain_id = d.id AND r.position = ?", TrackingRecordPosition).
-		Where("d.tracking_domain = ?", host).Where("d.deleted_at IS NULL").
+		Where("d.tracking_domain = ?", host).Where("d.deleted_at IS NULL").Where("d.status = ?", DomainVerified).
 		Where("r.status = ?", RecordVerified).Count(ctx)
 	return n > 0, err
 }

@@ -1,0 +1,170 @@
+package store_test
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/testenv"
+)
+
+func TestStatCountersAreFields(t *testing.T) {
+	named := []store.StatCounter{store.StatAccepted, store.StatDelivered, store.StatDeferred, store.StatBounced,
+		store.StatComplained, store.StatOpened, store.StatClicked, store.StatUnsubscribed}
+	if !reflect.DeepEqual(named, store.StatCounters()) {
+		t.Errorf("the named counters %v are not StatCounts' fields %v", named, store.StatCounters())
+	}
+	var sum store.StatCounts
+	sum.Add(store.StatCounts{Opened: 2, Unsubscribed: 1})
+	sum.Add(store.StatCounts{Opened: 1, Accepted: 4})
+	if sum != (store.StatCounts{Opened: 3, Unsubscribed: 1, Accepted: 4}) {
+		t.Errorf("Add: %+v", sum)
+	}
+}
+
+func TestDomainTrackingAndRecordFive(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		org := newOrg(t, st, "acme")
+		id := newDomain(t, st, org, "shop.example", store.DomainVerified)
+		d, err := st.DomainByID(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		on, name := true, "track.shop.example"
+		rec := &store.DomainRecord{Purpose: "Tracking (CNAME)", Type: "CNAME", Name: name, Value: "t.mailyard.test"}
+		if err := st.SetDomainTracking(ctx, d, store.TrackingSettings{Clicks: &on, CustomDomainSet: true, CustomDomain: &name, CustomRecord: rec}); err != nil {
+			t.Fatal(err)
+		}
+		d, _ = st.DomainByID(ctx, id)
+		if !d.TrackClicks || d.TrackOpens || d.TrackingDomain == nil || *d.TrackingDomain != name {
+			t.Fatalf("settings not stored: %+v", d)
+		}
+		if status, _ := st.TrackingDomainStatus(ctx, id); status != store.RecordPending {
+			t.Fatalf("record 5 status %q, want pending", status)
+		}
+		if ok, err := st.VerifiedTrackingDomain(ctx, name); ok || err != nil {
+			t.Fatalf("a pending custom domain counts as verified (%v)", err)
+		}
+		// Its check does not hold the domain back: only records 1-4 count.
+		if _, err := st.SaveChecks(ctx, id, []store.RecordCheck{{Position: store.TrackingRecordPosition, Status: store.RecordVerified}}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := st.VerifiedTrackingDomain(ctx, name); !ok || err != nil {
+			t.Fatalf("a verified custom domain is refused (%v)", err)
+		}
+		// The same name again keeps the record and its status; null removes it.
+		if err := st.SetDomainTracking(ctx, d, store.TrackingSettings{CustomDomainSet: true, CustomDomain: &name, CustomRecord: rec}); err != nil {
+			t.Fatal(err)
+		}
+		if status, _ := st.TrackingDomainStatus(ctx, id); status != store.RecordVerified {
+			t.Fatalf("status after setting the same name: %q", status)
+		}
+		if err := st.SetDomainTracking(ctx, d, store.TrackingSettings{CustomDomainSet: true}); err != nil {
+			t.Fatal(err)
+		}
+		records, _ := st.DomainRecords(ctx, id)
+		for _, r := range records {
+			if r.Position == store.TrackingRecordPosition {
+				t.Fatal("record 5 stays after the custom domain was removed")
+			}
+		}
+		if ok, _ := st.VerifiedTrackingDomain(ctx, name); ok {
+			t.Fatal("a removed custom domain is still served")
+		}
+	})
+}
+
+func TestEngagementLinksAndUnsubscribeSuppression(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		org := newOrg(t, st, "acme")
+		dom := newDomain(t, st, org, "shop.example", store.DomainVerified)
+		e := &store.Email{ID: uuid.NewString(), OrganizationID: org, DomainID: dom, FromAddress: "a@shop.example",
+			Subject: "hi", Source: store.SourceAPI, TrackClicks: true, TrackUnsubscribe: true}
+		if err := st.CreateEmail(ctx, e, []string{"ada@x.example", "bob@x.example"}); err != nil {
+			t.Fatal(err)
+		}
+		// A recipient's message is stored once.
+		first, err := st.SaveRecipientMessage(ctx, e.ID, 1, []byte("one"))
+		if err != nil || string(first) != "one" {
+			t.Fatal(string(first), err)
+		}
+		if again, _ := st.SaveRecipientMessage(ctx, e.ID, 1, []byte("two")); string(again) != "one" {
+			t.Fatalf("a second save replaced the message: %q", again)
+		}
+		// The links of the first save stay.
+		if err := st.SaveEmailLinks(ctx, e.ID, []string{"https://a.example/?x=1&y=2", "http://b.example"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SaveEmailLinks(ctx, e.ID, []string{"https://evil.example"}); err != nil {
+			t.Fatal(err)
+		}
+		target, err := st.ClickTarget(ctx, e.ID, 0)
+		if err != nil || target.URL != "https://a.example/?x=1&y=2" || target.TrackingDomain != nil {
+			t.Fatalf("ClickTarget: %+v %v", target, err)
+		}
+		if _, err := st.ClickTarget(ctx, e.ID, 2); err == nil {
+			t.Fatal("a link that was never stored was found")
+		}
+
+		at := time.Now().UTC().Truncate(time.Microsecond)
+		for i, want := range []bool{true, false, false} {
+			err := st.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+				first, r, err := store.RecordEngagement(ctx, tx, e.ID, 0, store.EngagedOpen, at.Add(time.Duration(i)*time.Second))
+				if err == nil && (first != want || r.Opens != i+1 || r.Address != "ada@x.example") {
+					t.Errorf("open %d: first=%v opens=%d address=%s", i, first, r.Opens, r.Address)
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, _, err := store.RecordEngagement(ctx, st.DB, e.ID, 7, store.EngagedClick, at); err == nil {
+			t.Fatal("an engagement of a recipient the email does not have was recorded")
+		}
+
+		// An unsubscribe stops only the mail sent with unsubscribe on; a
+		// hard bounce later replaces it (it stops everything).
+		if err := store.Suppress(ctx, st.DB, org, "Ada@x.example", store.SuppressionUnsubscribe); err != nil {
+			t.Fatal(err)
+		}
+		if among, _ := st.SuppressedAmong(ctx, org, []string{"ada@x.example"}, false); len(among) != 0 {
+			t.Fatal("an unsubscribe stopped mail sent without unsubscribe")
+		}
+		if among, _ := st.SuppressedAmong(ctx, org, []string{"ada@x.example"}, true); !among["ada@x.example"] {
+			t.Fatal("an unsubscribe did not stop mail sent with unsubscribe")
+		}
+		if err := store.Suppress(ctx, st.DB, org, "ada@x.example", store.SuppressionHardBounce); err != nil {
+			t.Fatal(err)
+		}
+		if among, _ := st.SuppressedAmong(ctx, org, []string{"ada@x.example"}, false); !among["ada@x.example"] {
+			t.Fatal("a hard bounce did not replace the unsubscribe")
+		}
+		if err := store.Suppress(ctx, st.DB, org, "ada@x.example", store.SuppressionUnsubscribe); err != nil {
+			t.Fatal(err)
+		}
+		if among, _ := st.SuppressedAmong(ctx, org, []string{"ada@x.example"}, false); !among["ada@x.example"] {
+			t.Fatal("an unsubscribe weakened a hard bounce")
+		}
+
+		// Erasure takes the recipients' messages too.
+		if err := st.EraseEmailContent(ctx, e.ID); err != nil {
+			t.Fatal(err)
+		}
+		if msg, _ := st.SaveRecipientMessage(ctx, e.ID, 1, nil); msg != nil {
+			t.Fatal("a recipient's message survived erasure")
+		}
+		if _, err := st.ClickTarget(ctx, e.ID, 0); err != nil {
+			t.Fatal("links must outlive the content: clicks come for as long as the mail is read")
+		}
+	})
+}
