@@ -45,7 +45,9 @@ var devDefaults = map[string]string{
 	"MAILYARD_INBOUND_ADDR": "127.0.0.1:2526",
 	// SMTP submission for applications; AUTH without TLS, on loopback only
 	// (cmdDev refuses it elsewhere).
-	"MAILYARD_SUBMISSION_ADDR":                "127.0.0.1:1587",
+	"MAILYARD_SUBMISSION_ADDR": "127.0.0.1:1587",
+	// Tracking links point at the API's own listener (docs/tracking.md).
+	"MAILYARD_TRACKING_URL":                   "http://127.0.0.1:8080",
 	"MAILYARD_SUBMISSION_ALLOW_INSECURE_AUTH": "true",
 }
 
