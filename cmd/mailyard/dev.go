@@ -85,6 +85,12 @@ func cmdDev(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	generated := map[string]string{"MAILYARD_ENCRYPTION_KEY": encKey, "MAILYARD_INTERNAL_TOKEN": internalToken}
+	// Tracking links point at the API's own listener (docs/tracking.md).
+	httpAddr := os.Getenv("MAILYARD_HTTP_ADDR")
+	if httpAddr == "" {
+		httpAddr = devDefaults["MAILYARD_HTTP_ADDR"]
+	}
+	generated["MAILYARD_TRACKING_URL"] = "http://" + httpAddr
 	cfg, err := config.LoadFrom(func(name string) string {
 		if v := os.Getenv(name); v != "" {
 			return v
