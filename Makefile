@@ -18,8 +18,12 @@ STATICCHECK_VER := v0.8.2
 # the npm registry into bin/redocly.
 REDOCLY_VER   := 2.11.1
 REDOCLY       := bin/redocly/node_modules/.bin/redocly
+# Pebble, Let's Encrypt's ACME test server, for the tests of the tracking
+# domains' certificates (internal/trackingtls, internal/pebbletest).
+PEBBLE_VER    := v2.10.1
+PEBBLE        := bin/pebble
 
-.PHONY: run test lint fuzz bench build migrate temporal temporal-server redocly clean docs-assets
+.PHONY: run test lint fuzz bench build migrate temporal temporal-server redocly pebble clean docs-assets
 
 run: $(TEMPORAL_CLI) build
 	bin/mailyard dev
@@ -56,6 +60,12 @@ $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) &:
 	mv bin/.build-temporal-server/sql $(TEMPORAL_SQL_TOOL)
 	rm -rf bin/.build-temporal-server
 
+pebble: $(PEBBLE)
+
+$(PEBBLE):
+	@echo "Building Pebble $(PEBBLE_VER) from the Go module proxy into $(PEBBLE) (once, under a minute)."
+	GOBIN=$(CURDIR)/bin $(GO) install github.com/letsencrypt/pebble/v2/cmd/pebble@$(PEBBLE_VER)
+
 # npm is needed for this one only; without it the lint test is skipped, except
 # in CI, where .ci/run installs it first.
 redocly: $(REDOCLY)
@@ -63,7 +73,7 @@ redocly: $(REDOCLY)
 $(REDOCLY):
 	npm install --prefix bin/redocly --no-audit --no-fund --silent @redocly/cli@$(REDOCLY_VER)
 
-test: $(TEMPORAL_CLI) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
+test: $(TEMPORAL_CLI) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PEBBLE)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 30m ./...
 

@@ -1,0 +1,57 @@
+package pebbletest_test
+
+import (
+	"net"
+	"testing"
+
+	"github.com/miekg/dns"
+
+	"github.com/mailyard/mailyard/internal/pebbletest"
+)
+
+// Pebble starts, answers its directory over HTTPS with the test's own
+// certificate and hands out its issuing root; its DNS server resolves the
+// test's names to 127.0.0.1 only.
+func TestStart(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	p := pebbletest.Start(t, pebbletest.Options{
+		TLSPort: ln.Addr().(*net.TCPAddr).Port,
+		Hosts:   []string{"Track.Shop.Example."},
+	})
+	resp, err := p.HTTPClient.Get(p.DirectoryURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("directory: %s", resp.Status)
+	}
+	if p.Roots == nil {
+		t.Fatal("no root")
+	}
+
+	client := &dns.Client{Net: "tcp"} // as Pebble asks
+	ask := func(name string, qtype uint16) *dns.Msg {
+		t.Helper()
+		m := new(dns.Msg)
+		m.SetQuestion(name, qtype)
+		in, _, err := client.Exchange(m, p.DNSAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	if in := ask("track.shop.example.", dns.TypeA); len(in.Answer) != 1 || in.Answer[0].(*dns.A).A.String() != "127.0.0.1" {
+		t.Fatalf("A: %v", in)
+	}
+	if in := ask("track.shop.example.", dns.TypeAAAA); len(in.Answer) != 0 || in.Rcode != dns.RcodeSuccess {
+		t.Fatalf("AAAA: %v", in)
+	}
+	if in := ask("other.example.", dns.TypeA); in.Rcode != dns.RcodeNameError {
+		t.Fatalf("unknown name: %v", in)
+	}
+}
