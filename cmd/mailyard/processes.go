@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"go.temporal.io/sdk/client"
+	"golang.org/x/crypto/acme/autocert"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/mailyard/mailyard/api"
@@ -24,6 +27,7 @@ import (
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/submission"
 	"github.com/mailyard/mailyard/internal/temporalclient"
+	"github.com/mailyard/mailyard/internal/trackingtls"
 	"github.com/mailyard/mailyard/internal/verification"
 	"github.com/mailyard/mailyard/worker"
 )
@@ -69,7 +73,43 @@ func serveAPIWith(ctx context.Context, cfg *config.Config, st *store.Store, tc c
 	g.Go(func() error { srv.Run(ctx); return nil })
 	g.Go(func() error { return serveHTTP(ctx, "api", cfg.HTTPAddr, srv.Handler(), logger) })
 	g.Go(func() error { return serveHTTP(ctx, "internal", cfg.InternalAddr, srv.InternalHandler(), logger) })
+	if cfg.Tracking.TLSAddr != "" {
+		m, err := trackingCertificates(cfg, st)
+		if err != nil {
+			return err
+		}
+		logger.Info("serving tracking over HTTPS for verified custom domains", "addr", cfg.Tracking.TLSAddr, "acme", cfg.Tracking.ACMEDirectory)
+		g.Go(func() error { return trackingtls.Serve(ctx, cfg.Tracking.TLSAddr, m, srv.TrackingHandler()) })
+	}
 	return g.Wait()
+}
+
+// trackingCertificates obtains and shares the certificates of verified
+// custom tracking domains (docs/tracking.md): from the ACME server, cached
+// sealed in the database for every api process.
+func trackingCertificates(cfg *config.Config, st *store.Store) (*autocert.Manager, error) {
+	box, err := secrets.New(cfg.EncryptionKey)
+	if err != nil {
+		return nil, err
+	}
+	opts := trackingtls.Options{
+		DirectoryURL: cfg.Tracking.ACMEDirectory, Email: cfg.Tracking.ACMEEmail,
+		Cache: trackingtls.NewCache(st, box),
+		Allowed: func(ctx context.Context, host string) (bool, error) {
+			return st.VerifiedTrackingDomain(ctx, host)
+		},
+	}
+	if cfg.Tracking.ACMECAFile != "" {
+		pem, err := os.ReadFile(cfg.Tracking.ACMECAFile)
+		if err != nil {
+			return nil, fmt.Errorf("MAILYARD_ACME_CA: %w", err)
+		}
+		opts.RootCAs = x509.NewCertPool()
+		if !opts.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("MAILYARD_ACME_CA: %s holds no PEM certificate", cfg.Tracking.ACMECAFile)
+		}
+	}
+	return trackingtls.NewManager(opts)
 }
 
 // runWorker runs the Temporal workers until ctx ends.
