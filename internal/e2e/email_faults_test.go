@@ -93,9 +93,10 @@ func TestWorkerKilledMidEmails(t *testing.T) {
 	rcv := newFinalsReceiver()
 	hook := httptest.NewServer(rcv)
 	t.Cleanup(hook.Close)
-	s.call("POST", "/api/v1/webhooks", map[string]any{"url": hook.URL + "/hooks", "event_types": []string{"delivered", "bounced"}}, 201)
+	api := s.api()
+	api.createWebhook(hook.URL+"/hooks", "delivered", "bounced")
 	id, _, _ := verifiedDomain(t, s, "shop.example")
-	sendKey := s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": id, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
+	sender := api.as(api.sendKey(id))
 
 	// The server takes 20 to 50 ms over each message, so that several are
 	// in flight at any time; the killAt-th message is kept but its 250
@@ -137,7 +138,7 @@ func TestWorkerKilledMidEmails(t *testing.T) {
 		if i%2 == 0 {
 			body["cc"] = fmt.Sprintf("c%d@rcpt.example", i)
 		}
-		emailID := s.callAs(sendKey, "POST", "/api/v1/emails", body, 202)["email"].(map[string]any)["id"].(string)
+		emailID := sender.send(body).ID
 		ids = append(ids, emailID)
 		recipients[to] = emailID
 		if cc, ok := body["cc"].(string); ok {
@@ -167,13 +168,13 @@ func TestWorkerKilledMidEmails(t *testing.T) {
 	})
 	t.Logf("every email sent %s after the kill", time.Since(killedAt).Round(time.Second))
 	for _, emailID := range ids {
-		e := s.callAs(sendKey, "GET", "/api/v1/emails/"+emailID, nil, 200)["email"].(map[string]any)
-		if e["status"] != "sent" {
-			t.Fatalf("email %v", e)
+		e := sender.email(emailID)
+		if e.Status != "sent" {
+			t.Fatalf("email %+v", e)
 		}
-		for _, r := range e["recipients"].([]any) {
-			if r := r.(map[string]any); r["status"] != "delivered" {
-				t.Fatalf("email %s: recipient %v", emailID, r)
+		for _, r := range e.Recipients {
+			if r.Status != "delivered" {
+				t.Fatalf("email %s: recipient %+v", emailID, r)
 			}
 		}
 	}
@@ -229,12 +230,11 @@ func TestWorkerKilledMidEmails(t *testing.T) {
 	}
 	rcv.mu.Unlock()
 
-	today := time.Now().UTC().Format("2006-01-02")
-	stats := s.call("GET", "/api/v1/stats?start="+today+"&end="+today, nil, 200)["totals"].(map[string]any)
-	n := float64(len(recipients))
-	for counter, want := range map[string]float64{"accepted": n, "delivered": n, "bounced": 0, "deferred": 0} {
-		if stats[counter] != want {
-			t.Fatalf("stats %s = %v, want %v (%v)", counter, stats[counter], want, stats)
+	stats := api.statsOn(today())
+	n := int64(len(recipients))
+	for counter, got := range map[string][2]int64{"accepted": {stats.Accepted, n}, "delivered": {stats.Delivered, n}, "bounced": {stats.Bounced, 0}, "deferred": {stats.Deferred, 0}} {
+		if got[0] != got[1] {
+			t.Fatalf("stats %s = %d, want %d (%+v)", counter, got[0], got[1], stats)
 		}
 	}
 }
@@ -321,29 +321,28 @@ func TestEmailRetentionAndDomainDeletion(t *testing.T) {
 	rcv := &eventReceiver{}
 	hook := httptest.NewServer(rcv)
 	t.Cleanup(hook.Close)
-	s.call("POST", "/api/v1/webhooks", map[string]any{"url": hook.URL + "/hooks", "event_types": []string{"delivered", "bounced"}}, 201)
+	api := s.api()
+	api.createWebhook(hook.URL+"/hooks", "delivered", "bounced")
 	domainID, _, _ := verifiedDomain(t, s, "shop.example")
-	sendKey := s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": domainID, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
+	sender := api.as(api.sendKey(domainID))
 	send := func(to string) string {
-		return s.callAs(sendKey, "POST", "/api/v1/emails", map[string]any{
+		return sender.send(map[string]any{
 			"from": "billing@shop.example", "to": to, "subject": "Invoice", "text": "Thank you.",
-		}, 202)["email"].(map[string]any)["id"].(string)
+		}).ID
 	}
-	email := func(id string) map[string]any {
-		return s.call("GET", "/api/v1/emails/"+id, nil, 200)["email"].(map[string]any)
-	}
+	email := api.email
 	delivered, deferred := send("ok@rcpt.example"), send("defer@rcpt.example")
 
 	// Domain deletion: the first attempts are made (one delivered, one
 	// deferred); the domain is deleted before the next.
 	testenv.Eventually(t, 30*time.Second, "first attempts", func() bool {
-		return email(delivered)["status"] == "sent" && email(deferred)["recipients"].([]any)[0].(map[string]any)["status"] == "deferred"
+		return email(delivered).Status == "sent" && email(deferred).Recipients[0].Status == "deferred"
 	})
-	s.call("DELETE", fmt.Sprintf("/api/v1/domains/%d", domainID), nil, 200)
-	testenv.Eventually(t, 30*time.Second, "email of the deleted domain ends", func() bool { return email(deferred)["status"] == "sent" })
-	r := email(deferred)["recipients"].([]any)[0].(map[string]any)
-	if r["status"] != "bounced" || r["attempts"] != float64(1) || r["last_response"] != "not sent: domain_deleted" {
-		t.Fatalf("recipient of the deleted domain's email: %v", r)
+	api.deleteDomain(domainID)
+	testenv.Eventually(t, 30*time.Second, "email of the deleted domain ends", func() bool { return email(deferred).Status == "sent" })
+	r := email(deferred).Recipients[0]
+	if r.Status != "bounced" || r.Attempts != 1 || r.LastResponse == nil || *r.LastResponse != "not sent: domain_deleted" {
+		t.Fatalf("recipient of the deleted domain's email: %+v", r)
 	}
 	mx.mu.Lock()
 	tries := mx.rcpts["defer@rcpt.example"]
@@ -381,8 +380,8 @@ func TestEmailRetentionAndDomainDeletion(t *testing.T) {
 		t.Fatal("the erased email was not delivered once")
 	}
 	e := email(delivered)
-	if e["status"] != "sent" || e["subject"] != "Invoice" || e["recipients"].([]any)[0].(map[string]any)["status"] != "delivered" {
-		t.Fatalf("the envelope of an erased email: %v", e)
+	if e.Status != "sent" || e.Subject != "Invoice" || e.Recipients[0].Status != "delivered" {
+		t.Fatalf("the envelope of an erased email: %+v", e)
 	}
 
 	testenv.Eventually(t, 30*time.Second, "two events", func() bool { return len(rcv.all()) >= 2 })
@@ -407,7 +406,7 @@ func TestEmailRetentionAndDomainDeletion(t *testing.T) {
 		}
 	}
 	// Nothing was wrong with the address: it is not suppressed.
-	if sups := s.call("GET", "/api/v1/suppressions", nil, 200)["suppressions"].([]any); len(sups) != 0 {
+	if sups := api.suppressions(); len(sups) != 0 {
 		t.Fatalf("suppressions %v", sups)
 	}
 }

@@ -2,10 +2,7 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -178,51 +175,15 @@ func (s *stack) startWorker() *testenv.Process {
 	return testenv.Start(s.t, slices.Concat(s.env, []string{s.metricsEnv["worker"]}), "worker")
 }
 
-// on is the stack seen through its i-th api process: call goes there.
-func (s *stack) on(i int) *stack {
-	c := *s
-	c.apiURL = s.apiURLs[i]
-	return &c
+// apiOn is the admin client of the stack's i-th api process.
+func (s *stack) apiOn(i int) *apiClient {
+	return clientAt(s.t, s.apiURLs[i], s.adminKey)
 }
 
 // run runs a short-lived subcommand to completion.
 func (s *stack) run(args ...string) string {
 	s.t.Helper()
 	return testenv.Run(s.t, s.env, args...)
-}
-
-// call sends an API request with the admin key and decodes the envelope's data.
-func (s *stack) call(method, path string, body any, wantStatus int) map[string]any {
-	s.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, s.apiURL+path, rd)
-	req.Header.Set("Authorization", "Bearer "+s.adminKey)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := http.DefaultClient.Do(req.WithContext(ctx))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	if res.StatusCode != wantStatus {
-		s.t.Fatalf("%s %s: status %d, want %d: %s", method, path, res.StatusCode, wantStatus, raw)
-	}
-	var env struct {
-		Status string         `json:"status"`
-		Data   map[string]any `json:"data"`
-	}
-	if err := json.Unmarshal(raw, &env); err != nil {
-		s.t.Fatalf("%s %s: %v: %s", method, path, err, raw)
-	}
-	return env.Data
 }
 
 // historyJSON exports a workflow run's history with the Temporal CLI, in the

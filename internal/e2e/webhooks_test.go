@@ -148,9 +148,9 @@ func TestWorkerKilledMidDelivery(t *testing.T) {
 	testenv.WaitListening(t, httpAddr, 30*time.Second)
 	testenv.WaitListening(t, internalAddr, 30*time.Second)
 	const urlToken = "url-query-token-7f3a"
-	created := s.call("POST", "/api/v1/webhooks", map[string]any{"url": rcv.URL + "/hook?token=" + urlToken, "event_types": []string{"delivered"}}, 201)
-	rcv.secret = created["signing_secret"].(string)
-	webhookID := int64(created["webhook"].(map[string]any)["id"].(float64))
+	created := s.api().createWebhook(rcv.URL+"/hook?token="+urlToken, "delivered")
+	rcv.secret = created.SigningSecret
+	webhookID := created.Webhook.ID
 
 	worker := testenv.Start(t, env, "worker")
 
@@ -220,10 +220,7 @@ func eventBody(i int) []byte {
 func ingest(t *testing.T, internalAddr string, i int) []string {
 	body := eventBody(i)
 	for try := 0; ; try++ {
-		req, _ := http.NewRequest("POST", "http://"+internalAddr+"/internal/v1/events", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer e2e-internal-token")
-		req.Header.Set("Content-Type", "application/json")
-		res, err := http.DefaultClient.Do(req)
+		res, err := http.DefaultClient.Do(internalAPI(t, internalAddr).ingestRequest(body))
 		if err != nil {
 			t.Error(err)
 			return nil
