@@ -23,7 +23,7 @@ import (
 // domain lets its window run out, fails, and is verified in a new window.
 func TestDomainOnboardingEndToEnd(t *testing.T) {
 	// A short schedule: a check every second, a window of 20 seconds.
-	s := startStack(t, "MAILYARD_VERIFY_SCHEDULE=1s/20s")
+	s := startStack(t, topology{env: []string{"MAILYARD_VERIFY_SCHEDULE=1s/20s"}})
 
 	api := s.api()
 	added := api.addDomain("Example.COM.", "")

@@ -81,13 +81,13 @@ func (r *finalsReceiver) count() int {
 func TestWorkerKilledMidEmails(t *testing.T) {
 	const emails, killAt = 100, 20
 	mx := startMX(t)
-	s := startStack(t, append(mx.env(),
+	s := startStack(t, topology{env: append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
 		// A hundred sends and a hundred reads in a few seconds.
 		"MAILYARD_RATE_LIMIT=100000/s",
-	)...)
+	)})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	mx.route(t, s.customer)
 	rcv := newFinalsReceiver()
@@ -239,12 +239,12 @@ func TestWorkerKilledMidEmails(t *testing.T) {
 	}
 }
 
-// startStackInProcess is startStack with the api and the worker running in
-// the test process (`mailyard dns` stays a process): the API then starts
-// emails on schedule, which no environment variable can shorten.
-func startStackInProcess(t *testing.T, schedule []time.Duration, extraEnv ...string) *stack {
+// runInProcess runs the api and the worker in the test process (for
+// startStack's topology.inProcess): the API then starts emails on schedule,
+// which no environment variable can shorten.
+func (s *stack) runInProcess(schedule []time.Duration) {
+	t := s.t
 	t.Helper()
-	s := prepareStack(t, extraEnv...)
 	vars := map[string]string{}
 	for _, kv := range s.env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -297,8 +297,6 @@ func startStackInProcess(t *testing.T, schedule []time.Duration, extraEnv ...str
 			t.Logf("output of the api and the worker:\n%s", output.String())
 		}
 	})
-	s.startDNS()
-	return s
 }
 
 // An email's content and signed message are erased once the retention time
@@ -309,13 +307,15 @@ func startStackInProcess(t *testing.T, schedule []time.Duration, extraEnv ...str
 func TestEmailRetentionAndDomainDeletion(t *testing.T) {
 	mx := startMX(t)
 	const retention = 3 * time.Second
-	s := startStackInProcess(t, []time.Duration{0, 3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second},
-		append(mx.env(),
+	s := startStack(t, topology{
+		inProcess: []time.Duration{0, 3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second},
+		env: append(mx.env(),
 			"MAILYARD_VERIFY_SCHEDULE=1s/60s",
 			"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 			"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
 			"MAILYARD_EMAIL_RETENTION="+retention.String(),
-		)...)
+		),
+	})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	mx.route(t, s.customer)
 	rcv := &eventReceiver{}

@@ -166,12 +166,12 @@ func (r *eventReceiver) all() []map[string]any {
 // customer's CNAME, before and after a DKIM rotation.
 func TestSendEmailEndToEnd(t *testing.T) {
 	mx := startMX(t)
-	s := startStack(t, append(mx.env(),
+	s := startStack(t, topology{env: append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
 		"MAILYARD_DKIM_RECHECK=1s",
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
-	)...)
+	)})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	mx.route(t, s.customer)
 

@@ -31,15 +31,15 @@ import (
 func TestFaultBINDStoppedDuringLifecycle(t *testing.T) {
 	const zone = "dkim.mailyard.test"
 	bind := testenv.StartBIND(t, zone)
-	s := startStack(t,
+	s := startStack(t, topology{env: []string{
 		"MAILYARD_DNS_PUBLISHER=rfc2136",
-		"MAILYARD_RFC2136_SERVER="+bind.Addr,
-		"MAILYARD_RFC2136_TSIG="+bind.UpdateKey,
-		"MAILYARD_DKIM_HOST="+zone,
+		"MAILYARD_RFC2136_SERVER=" + bind.Addr,
+		"MAILYARD_RFC2136_TSIG=" + bind.UpdateKey,
+		"MAILYARD_DKIM_HOST=" + zone,
 		"MAILYARD_VERIFY_SCHEDULE=1s/180s",
 		"MAILYARD_DKIM_RETAIN=6s",
 		"MAILYARD_DKIM_RECHECK=1s",
-	)
+	}})
 	// The customer's CNAMEs lead into BIND's zone, as the world would see it.
 	s.customer.Forward(zone, bind.Addr)
 	st := testenv.OpenStore(t, s.databaseURL)
@@ -152,11 +152,11 @@ func TestFaultWebhookReceiversHang(t *testing.T) {
 	trickle := startBadReceiver(t, "", "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
 	// Acknowledges at once, then sends its body a byte a second.
 	slowBody := startBadReceiver(t, "HTTP/1.1 200 OK\r\nContent-Length: 40\r\nConnection: close\r\n\r\n", "acknowledged, and slowly saying so......")
-	s := startStack(t,
+	s := startStack(t, topology{env: []string{
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
-		"SSL_CERT_FILE="+caFile,
-	)
+		"SSL_CERT_FILE=" + caFile,
+	}})
 	ctx := context.Background()
 	st := testenv.OpenStore(t, s.databaseURL)
 	org, err := st.OrganizationByName(ctx, "acme")
@@ -340,7 +340,9 @@ func TestFaultWebhookReceiversHang(t *testing.T) {
 func TestFaultAPIKilledMidIdempotentPOSTs(t *testing.T) {
 	const orgs, perOrg, senders = 5, 18, 15 // 18: under the 20 webhooks an organization may have
 	// The rate limit is not under test: no 429 may stand for a cut request.
-	s := prepareStack(t, "MAILYARD_WEBHOOK_ALLOW_HTTP=true", "MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true", "MAILYARD_RATE_LIMIT=off")
+	// Two api processes of the test's own (startAPI below), one to kill.
+	s := startStack(t, topology{noAPI: true, noWorker: true, noDNS: true,
+		env: []string{"MAILYARD_WEBHOOK_ALLOW_HTTP=true", "MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true", "MAILYARD_RATE_LIMIT=off"}})
 	apiKeys := []string{s.adminKey}
 	for i := 1; i < orgs; i++ {
 		key := regexp.MustCompile(`myk_[0-9A-Za-z]+`).FindString(s.run("org", "create", fmt.Sprintf("org%d", i)))

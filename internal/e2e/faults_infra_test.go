@@ -40,7 +40,7 @@ func TestFaultTemporalOutage(t *testing.T) {
 	temporal := testenv.StartRealTemporal(t)
 	rcv, caFile := startHookReceiver(t)
 	mx := startMX(t)
-	s := startTopology(t, topology{temporal: temporal.Address, apis: 1, workers: 1, env: infraFaultEnv(mx, caFile)})
+	s := startStack(t, topology{temporal: temporal.Address, apis: 1, workers: 1, env: infraFaultEnv(mx, caFile)})
 	l := startInfraLoad(t, s, rcv, mx, events, emails)
 
 	// The server stops with the first third's deliveries in flight and an
@@ -374,11 +374,8 @@ func TestFaultPostgresRestart(t *testing.T) {
 	pg := testenv.StartPostgres(t)
 	rcv, caFile := startHookReceiver(t)
 	mx := startMX(t)
-	s := prepareTopology(t, topology{database: pg.URL, env: infraFaultEnv(mx, caFile)})
-	api := testenv.Start(t, s.env, "api")
-	s.worker = s.startWorker()
-	s.startDNS()
-	processes := map[string]*testenv.Process{"api": api, "worker": s.worker, "dns": s.dns}
+	s := startStack(t, topology{database: pg.URL, env: infraFaultEnv(mx, caFile)})
+	processes := map[string]*testenv.Process{"api": s.apiProc, "worker": s.worker, "dns": s.dns}
 	l := startInfraLoad(t, s, rcv, mx, events, emails)
 
 	first := l.send(0)

@@ -148,14 +148,14 @@ Hello.
 // nothing there.
 func TestInboundReportsEndToEnd(t *testing.T) {
 	mx := startMX(t)
-	s := startStack(t, append(mx.env(),
+	s := startStack(t, topology{env: append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
 		// Inbound workflows end (erase) within the test, so their whole
 		// histories can be recorded for the replay tests.
 		"MAILYARD_EMAIL_RETENTION=3s",
-	)...)
+	)})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	mx.route(t, s.customer)
 	inboundAddr, inboundMetrics := s.startInbound()
@@ -367,8 +367,7 @@ func recordInboundHistories(t *testing.T, s *stack) {
 // More connections than MAILYARD_SMTP_MAX_CONNECTIONS are answered 421 and
 // closed; the process stays up and serves again once they are gone.
 func TestInboundConnectionCap(t *testing.T) {
-	s := prepareStack(t)
-	testenv.Start(t, s.env, "worker")
+	s := startStack(t, topology{noAPI: true, noDNS: true})
 	addr, _ := s.startInbound("MAILYARD_SMTP_MAX_CONNECTIONS=500")
 
 	var mu sync.Mutex
@@ -451,8 +450,7 @@ func rawData(t *testing.T, addr, rcpt, data string) string {
 // the same message is taken. The process stays up throughout.
 func TestInboundDatabaseDown(t *testing.T) {
 	pg := testenv.StartPostgres(t)
-	s := prepareTopology(t, topology{database: pg.URL})
-	s.worker = s.startWorker()
+	s := startStack(t, topology{database: pg.URL, noAPI: true, noDNS: true})
 	addr, _ := s.startInbound()
 	key, _ := base64.StdEncoding.DecodeString(testEncryptionKey)
 	tags, err := bouncetag.New(key)

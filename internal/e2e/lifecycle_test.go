@@ -57,13 +57,13 @@ func (r *platformReceiver) of(eventType string) []map[string]any {
 // the deletion, the keys gone from DNS after the retain time, and no key material
 // in any workflow history.
 func TestDomainLifecycleEndToEnd(t *testing.T) {
-	s := startStack(t,
+	s := startStack(t, topology{env: []string{
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
 		"MAILYARD_DKIM_RETAIN=4s",
 		"MAILYARD_DKIM_RECHECK=1s",
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
-	)
+	}})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	rcv := &platformReceiver{}
 	hook := httptest.NewServer(rcv)

@@ -33,7 +33,7 @@ func hasLine(scrape, pattern string) bool {
 // token, in a form promtool finds clean; each counts its own work, and the
 // ones with a Temporal client report the SDK's metrics.
 func TestEveryProcessServesMetrics(t *testing.T) {
-	s := startStack(t, "MAILYARD_VERIFY_SCHEDULE=1s/60s")
+	s := startStack(t, topology{env: []string{"MAILYARD_VERIFY_SCHEDULE=1s/60s"}})
 	s.api().domains()
 	s.api().addDomain("metrics.example", "")
 	soa := new(dns.Msg)
@@ -98,11 +98,11 @@ func TestEveryProcessServesMetrics(t *testing.T) {
 // Then the metrics of deploy/'s alerts and dashboard are all exported.
 func TestSendingMetrics(t *testing.T) {
 	mx := startMX(t)
-	s := startStack(t, append(mx.env(),
+	s := startStack(t, topology{env: append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
-	)...)
+	)})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	mx.route(t, s.customer)
 	rcv := &eventReceiver{}

@@ -41,7 +41,7 @@ func TestProductionTopology(t *testing.T) {
 	mx := startMX(t)
 	// A namespace of Mailyard's own, which `mailyard temporal setup` registers
 	// with the search attributes, as an operator does on a cluster.
-	s := startTopology(t, topology{temporal: temporal.Address, namespace: "mailyard", apis: 2, workers: 2, env: append(mx.env(),
+	s := startStack(t, topology{temporal: temporal.Address, namespace: "mailyard", apis: 2, workers: 2, env: append(mx.env(),
 		// A check every 2 s; the window outlasts the test.
 		"MAILYARD_VERIFY_SCHEDULE=2s/10m",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",

@@ -18,7 +18,7 @@ import (
 // stored at once and all delivered, and an invalid batch sends nothing.
 func TestScheduledAndBatchSending(t *testing.T) {
 	mx := startMX(t)
-	s := startStack(t, append(mx.env(), "MAILYARD_VERIFY_SCHEDULE=1s/60s", "MAILYARD_RATE_LIMIT=off")...)
+	s := startStack(t, topology{env: append(mx.env(), "MAILYARD_VERIFY_SCHEDULE=1s/60s", "MAILYARD_RATE_LIMIT=off")})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	mx.route(t, s.customer)
 	domainID, _, _ := verifiedDomain(t, s, "shop.example")

@@ -34,7 +34,7 @@ func TestMeasureSizing(t *testing.T) {
 	const n = 20
 	temporal := testenv.StartRealTemporal(t)
 	mx := startMX(t)
-	s := startTopology(t, topology{temporal: temporal.Address, namespace: "mailyard", apis: 1, workers: 1, env: append(mx.env(),
+	s := startStack(t, topology{temporal: temporal.Address, namespace: "mailyard", apis: 1, workers: 1, env: append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/10m", "MAILYARD_WEBHOOK_ALLOW_HTTP=true", "MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
 		"MAILYARD_EMAIL_RETENTION=2s", "MAILYARD_RATE_LIMIT=off",
 	)})

@@ -110,7 +110,7 @@ func TestSubmissionEndToEnd(t *testing.T) {
 		t.Skip("swaks is not installed (apt-get install swaks)")
 	}
 	mx := startMX(t)
-	s := startStack(t, append(mx.env(), "MAILYARD_VERIFY_SCHEDULE=1s/60s")...)
+	s := startStack(t, topology{env: append(mx.env(), "MAILYARD_VERIFY_SCHEDULE=1s/60s")})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	mx.route(t, s.customer)
 	certFile, keyFile, roots := smtpCert(t)
@@ -293,7 +293,7 @@ func plain(user, secret string) string {
 // organization, other domains in MAIL FROM and From, 51 recipients, 8-bit
 // headers without SMTPUTF8, bare LF, a client gone mid-DATA.
 func TestSubmissionRefusals(t *testing.T) {
-	s := startStack(t, "MAILYARD_VERIFY_SCHEDULE=1s/60s")
+	s := startStack(t, topology{env: []string{"MAILYARD_VERIFY_SCHEDULE=1s/60s"}})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	certFile, keyFile, roots := smtpCert(t)
 	addr, _ := s.startSubmission(certFile, keyFile)
