@@ -98,6 +98,7 @@ FUZZ_TARGETS  := \
 	./internal/bouncereport:FuzzRefold \
 	./internal/trackhtml:FuzzRewrite \
 	./internal/trackmime:FuzzRewrite \
+	./internal/tracktoken:FuzzParse \
 	./api:FuzzPageCursor \
 	./api:FuzzIdempotencyKey
 
