@@ -165,6 +165,9 @@ func benchTracking(ctx context.Context, out io.Writer) error {
 		verdict = "MISSED"
 	}
 	fmt.Fprintf(out, "  goal p99 < %s: %s (worst p99 %.2f ms)\n", trackingGoalP99, verdict, ms(worst))
+	if b["bare"].p99 >= trackingGoalP99 {
+		fmt.Fprintf(out, "  (the bare handler's own p99 is %.2f ms: this machine cannot answer the goal now, see the load average)\n", ms(b["bare"].p99))
+	}
 
 	landed := func(err error) string {
 		if err != nil {
