@@ -123,7 +123,8 @@ lint:
 docs-assets:
 	api/docsui/fetch-assets.sh $(ELEMENTS_VER)
 
-# `make bench ONLY=email` (or api, delivery, inbound; comma-separated) runs some of them.
+# `make bench ONLY=email` (or api, delivery, inbound, tracking; comma-separated) runs some of
+# them; `go run ./internal/bench -only tracking` is the same without make.
 bench: $(TEMPORAL_CLI) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
 	$(GO) run ./internal/bench $(if $(ONLY),-only $(ONLY))
 

@@ -23,6 +23,7 @@ func main() {
 		{"delivery", func(ctx context.Context) error { return benchDelivery(ctx, os.Stdout) }},
 		{"email", func(ctx context.Context) error { return benchEmail(ctx, os.Stdout) }},
 		{"inbound", func(ctx context.Context) error { return benchInbound(ctx, os.Stdout) }},
+		{"tracking", func(ctx context.Context) error { return benchTracking(ctx, os.Stdout) }},
 	}
 	var names []string
 	for _, b := range benches {
