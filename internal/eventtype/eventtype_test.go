@@ -7,7 +7,7 @@ import (
 )
 
 func TestCatalogue(t *testing.T) {
-	if got := len(eventtype.All()); got != 10 {
+	if got := len(eventtype.All()); got != 11 {
 		t.Fatalf("catalogue has %d types", got)
 	}
 	for _, ty := range eventtype.Email() {
