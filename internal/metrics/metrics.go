@@ -143,7 +143,9 @@ var trackingRequests = register(prometheus.NewCounterVec(prometheus.CounterOpts{
 }, []string{"route", "result"}))
 
 // CountTrackingRequest counts one request to a tracking route.
-func CountTrackingRequest(route, result string) { trackingRequests.WithLabelValues(route, result).Inc() }
+func CountTrackingRequest(route, result string) {
+	trackingRequests.WithLabelValues(route, result).Inc()
+}
 
 var inboundMessages = register(prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "mailyard_inbound_messages_total",
