@@ -267,23 +267,34 @@ func TestDevWalkTracking(t *testing.T) {
 	}
 
 	// The mailto: form: mail to unsubscribe+<token>@<bounce host>, which
-	// the bounce host's SMTP server receives.
-	bob := send(map[string]any{"from": "hello@shop.test", "to": "bob@example.org", "subject": "Our sale", "html": trackedHTML})
-	bobMsg, err := mail.ReadMessage(bytes.NewReader(dev.waitEML(t, bob)))
-	if err != nil {
-		t.Fatal(err)
+	// the bounce host's SMTP server receives. An email to two recipients is
+	// two messages (the sink keeps <email_id>.eml and <email_id>.2.eml),
+	// each with its own address; one mail to both unsubscribes both.
+	pair := send(map[string]any{"from": "hello@shop.test", "to": []string{"bob@example.org", "cy@example.org"}, "subject": "Our sale", "html": trackedHTML})
+	var mailtos []string
+	for _, name := range []string{pair, pair + ".2"} {
+		m, err := mail.ReadMessage(bytes.NewReader(dev.waitEML(t, name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, mt := listUnsubscribe(t, m.Header, base)
+		mailtos = append(mailtos, mt)
 	}
-	_, bobMailto := listUnsubscribe(t, bobMsg.Header, base)
+	if mailtos[0] == mailtos[1] {
+		t.Fatalf("both recipients have the unsubscribe address %s", mailtos[0])
+	}
 	// Mail systems may change the case of a local part.
-	local, host, _ := strings.Cut(bobMailto, "@")
-	bobMailto = strings.ToUpper(local) + "@" + host
-	req := "From: bob@example.org\r\nTo: " + bobMailto + "\r\nSubject: unsubscribe\r\n\r\nunsubscribe\r\n"
-	if err := smtp.SendMail(dev.inboundAddr, nil, "bob@example.org", []string{bobMailto}, []byte(req)); err != nil {
-		t.Fatalf("mail to %s: %v", bobMailto, err)
+	local, host, _ := strings.Cut(mailtos[0], "@")
+	mailtos[0] = strings.ToUpper(local) + "@" + host
+	req := "From: someone@example.org\r\nTo: " + strings.Join(mailtos, ", ") + "\r\nSubject: unsubscribe\r\n\r\nunsubscribe\r\n"
+	if err := smtp.SendMail(dev.inboundAddr, nil, "someone@example.org", mailtos, []byte(req)); err != nil {
+		t.Fatalf("mail to %v: %v", mailtos, err)
 	}
-	waitHook(t, hooks, "unsubscribed", bob, "bob@example.org")
-	if r := suppression(api, key, "bob@example.org"); r != "unsubscribe" {
-		t.Fatalf("bob@example.org suppressed with reason %q, want unsubscribe", r)
+	for _, addr := range []string{"bob@example.org", "cy@example.org"} {
+		waitHook(t, hooks, "unsubscribed", pair, addr)
+		if r := suppression(api, key, addr); r != "unsubscribe" {
+			t.Errorf("%s suppressed with reason %q, want unsubscribe", addr, r)
+		}
 	}
 }
 
