@@ -95,6 +95,10 @@ var requestBodies = map[string]struct {
 	"PATCH /api/v1/domains/{id}/dkim": {body: func(func(string) string) any {
 		return map[string]any{"rotation_interval_days": 90}
 	}},
+	// Turning tracking off needs no MAILYARD_TRACKING_URL.
+	"PATCH /api/v1/domains/{id}/tracking": {body: func(func(string) string) any {
+		return map[string]any{"opens": false}
+	}},
 	"POST /api/v1/webhooks": {body: func(func(string) string) any {
 		return map[string]any{"url": "https://intruder.example.org/hooks", "event_types": []string{"delivered"}}
 	}},
