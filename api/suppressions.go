@@ -14,7 +14,7 @@ import (
 // Suppression is one recipient the organization no longer sends to.
 type Suppression struct {
 	Email     string    `json:"email" example:"ada@example.com" doc:"The address, lower-cased entirely."`
-	Reason    string    `json:"reason" enum:"hard_bounce,complaint" doc:"hard_bounce: a delivery to it failed permanently; complaint: the recipient marked a message as spam."`
+	Reason    string    `json:"reason" enum:"hard_bounce,complaint,unsubscribe" doc:"hard_bounce: a delivery to it failed permanently; complaint: the recipient marked a message as spam; unsubscribe: the recipient used one-click unsubscribe, which stops only emails sent with unsubscribe on."`
 	CreatedAt time.Time `json:"created_at" doc:"When it was first suppressed."`
 }
 
@@ -48,7 +48,7 @@ func (s *Server) registerSuppressions() {
 	register(s, huma.Operation{
 		OperationID: "list-suppressions", Method: http.MethodGet, Path: "/api/v1/suppressions",
 		Summary: "List suppressions", Tags: tags,
-		Description: "The organization's suppression list, oldest first, in pages of limit (default 20) with cursor: recipients it no longer sends to after a hard bounce or a complaint. " +
+		Description: "The organization's suppression list, oldest first, in pages of limit (default 20) with cursor: recipients it no longer sends to after a hard bounce or a complaint and, for emails sent with unsubscribe on, after an unsubscribe. " +
 			"The list belongs to the organization: a key scoped to one sending domain sees all of it. Keys with send or admin.",
 		Errors:   []int{http.StatusUnprocessableEntity},
 		Metadata: map[string]any{permissionMetadata: []string{PermissionSend, PermissionAdmin}},

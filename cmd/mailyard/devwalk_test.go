@@ -28,56 +28,16 @@ import (
 // python3-dkim, against the key `mailyard dev` serves in DNS through the
 // domain's CNAME.
 func TestDevWalk(t *testing.T) {
-	cli, err := temporaldev.FindBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !filepath.IsAbs(cli) {
-		if cli, err = filepath.Abs(cli); err != nil {
-			t.Fatal(err)
-		}
-	}
-	dir := t.TempDir()
-	httpAddr, dnsAddr, smtpAddr := testenv.FreeAddr(t), testenv.FreeAddr(t), testenv.FreeAddr(t)
-	testenv.StartIn(t, dir, []string{
-		"MAILYARD_TEMPORAL_CLI=" + cli,
-		"TEMPORAL_ADDRESS=" + testenv.FreeAddr(t),
-		"MAILYARD_HTTP_ADDR=" + httpAddr,
-		"MAILYARD_INTERNAL_ADDR=" + testenv.FreeAddr(t),
-		"MAILYARD_DNS_ADDR=" + dnsAddr,
-		"MAILYARD_SMTP_RELAY=" + smtpAddr,
-		"MAILYARD_INBOUND_ADDR=" + testenv.FreeAddr(t),
-		"MAILYARD_SUBMISSION_ADDR=" + testenv.FreeAddr(t),
-	}, "dev")
-	testenv.WaitListening(t, httpAddr, 90*time.Second)
-	admin, err := os.ReadFile(filepath.Join(dir, ".data", "admin-key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := &devClient{t: t, base: "http://" + httpAddr}
-
-	var mu sync.Mutex
-	var hooks []map[string]any
-	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var ev map[string]any
-		if json.NewDecoder(r.Body).Decode(&ev) == nil {
-			mu.Lock()
-			hooks = append(hooks, ev)
-			mu.Unlock()
-		}
-		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(rcv.Close)
-
-	key := strings.TrimSpace(string(admin))
-	hookID := api.do(key, "POST", "/api/v1/webhooks", map[string]any{"url": rcv.URL + "/hooks", "event_types": []string{"delivered", "bounced", "complained"}}, 201)["webhook"].(map[string]any)["id"]
+	dev := startDev(t)
+	dnsAddr, api, key := dev.dnsAddr, dev.api, dev.adminKey
+	hooks := dev.hooks
+	hookID := api.do(key, "POST", "/api/v1/webhooks", map[string]any{"url": hooks.url, "event_types": []string{"delivered", "bounced", "complained"}}, 201)["webhook"].(map[string]any)["id"]
 	// A test event is started by the API, eagerly: dev's API and workers
 	// share one Temporal client.
 	api.do(key, "POST", fmt.Sprintf("/api/v1/webhooks/%v/test", hookID), nil, 201)
 	testenv.Eventually(t, 30*time.Second, "the test event", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(hooks) == 1 && hooks[0]["data"].(map[string]any)["subject"] == "Mailyard test event"
+		h := hooks.all()
+		return len(h) == 1 && h[0]["data"].(map[string]any)["subject"] == "Mailyard test event"
 	})
 	domainID := api.do(key, "POST", "/api/v1/domains", map[string]any{"domain": "shop.test"}, 201)["domain"].(map[string]any)["id"]
 	testenv.Eventually(t, 30*time.Second, "shop.test verified", func() bool {
@@ -88,16 +48,10 @@ func TestDevWalk(t *testing.T) {
 		"from": "Shop <hello@shop.test>", "to": "ada@example.org", "subject": "Hello from Mailyard", "text": "It works.",
 	}, 202)["email"].(map[string]any)["id"].(string)
 
-	eml := filepath.Join(dir, ".data", "mail", id+".eml")
-	var msg []byte
-	testenv.Eventually(t, 30*time.Second, eml, func() bool {
-		msg, err = os.ReadFile(eml)
-		return err == nil
-	})
+	msg := dev.waitEML(t, id)
 	testenv.Eventually(t, 30*time.Second, "the delivered webhook", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(hooks) == 2 && hooks[1]["data"].(map[string]any)["message_id"] == id
+		h := hooks.all()
+		return len(h) == 2 && h[1]["data"].(map[string]any)["message_id"] == id
 	})
 	if !bytes.Contains(msg, []byte("Subject: Hello from Mailyard")) {
 		t.Fatalf("the .eml is not the message:\n%s", msg)
@@ -112,10 +66,8 @@ func TestDevWalk(t *testing.T) {
 	}, 202)["email"].(map[string]any)["id"].(string)
 	byType := map[string]map[string]any{}
 	testenv.Eventually(t, 60*time.Second, "delivered ×2, bounced and complained webhooks", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
 		n := 0
-		for _, h := range hooks {
+		for _, h := range hooks.all() {
 			if data := h["data"].(map[string]any); data["message_id"] == later {
 				n++
 				byType[h["event_type"].(string)+" "+data["to_email"].(string)] = data
@@ -133,6 +85,95 @@ func TestDevWalk(t *testing.T) {
 	if len(events) != 4 {
 		t.Fatalf("the email's events: %v", events)
 	}
+}
+
+// devProcess is a running `mailyard dev` in a directory of its own, on
+// free ports, with its admin key and a webhook receiver.
+type devProcess struct {
+	dir                            string
+	httpAddr, dnsAddr, inboundAddr string
+	api                            *devClient
+	adminKey                       string
+	hooks                          *hookReceiver
+}
+
+// startDev starts `mailyard dev` (with the Temporal dev server of
+// bin/temporal) in a temporary directory and waits for its API.
+func startDev(t *testing.T) *devProcess {
+	t.Helper()
+	cli, err := temporaldev.FindBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !filepath.IsAbs(cli) {
+		if cli, err = filepath.Abs(cli); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := &devProcess{dir: t.TempDir(), httpAddr: testenv.FreeAddr(t), dnsAddr: testenv.FreeAddr(t), inboundAddr: testenv.FreeAddr(t)}
+	testenv.StartIn(t, d.dir, []string{
+		"MAILYARD_TEMPORAL_CLI=" + cli,
+		"TEMPORAL_ADDRESS=" + testenv.FreeAddr(t),
+		"MAILYARD_HTTP_ADDR=" + d.httpAddr,
+		"MAILYARD_INTERNAL_ADDR=" + testenv.FreeAddr(t),
+		"MAILYARD_DNS_ADDR=" + d.dnsAddr,
+		"MAILYARD_SMTP_RELAY=" + testenv.FreeAddr(t),
+		"MAILYARD_INBOUND_ADDR=" + d.inboundAddr,
+		"MAILYARD_SUBMISSION_ADDR=" + testenv.FreeAddr(t),
+	}, "dev")
+	testenv.WaitListening(t, d.httpAddr, 90*time.Second)
+	admin, err := os.ReadFile(filepath.Join(d.dir, ".data", "admin-key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.adminKey = strings.TrimSpace(string(admin))
+	d.api = &devClient{t: t, base: "http://" + d.httpAddr}
+	d.hooks = newHookReceiver(t)
+	return d
+}
+
+// waitEML waits for the dev SMTP sink's copy of the email,
+// .data/mail/<email_id>.eml, and returns it.
+func (d *devProcess) waitEML(t *testing.T, id string) []byte {
+	t.Helper()
+	eml := filepath.Join(d.dir, ".data", "mail", id+".eml")
+	var msg []byte
+	testenv.Eventually(t, 30*time.Second, eml, func() bool {
+		var err error
+		msg, err = os.ReadFile(eml)
+		return err == nil
+	})
+	return msg
+}
+
+// hookReceiver keeps the webhook events it receives.
+type hookReceiver struct {
+	url string
+	mu  sync.Mutex
+	got []map[string]any
+}
+
+func newHookReceiver(t *testing.T) *hookReceiver {
+	h := &hookReceiver{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var ev map[string]any
+		if json.NewDecoder(r.Body).Decode(&ev) == nil {
+			h.mu.Lock()
+			h.got = append(h.got, ev)
+			h.mu.Unlock()
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	h.url = srv.URL + "/hooks"
+	return h
+}
+
+// all is a copy of the events received so far, in order.
+func (h *hookReceiver) all() []map[string]any {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]map[string]any(nil), h.got...)
 }
 
 // verifyWithPythonDKIM checks a message's DKIM signature with Debian's

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -37,7 +38,8 @@ type Server struct {
 // each message it receives to dir, which it creates if needed, as
 // <email_id>.eml. The email id comes from the envelope sender
 // bounces+<email_id>.<tag>@..., the form Mailyard sends with; a message without
-// one gets a random name. Files appear whole (written to a temporary file,
+// one gets a random name. Further messages of the same email (a tracked
+// email is one message per recipient) are <email_id>.2.eml, .3.eml, ... Files appear whole (written to a temporary file,
 // then renamed) and only their owner can read them (mode 0600): they hold
 // whatever personal data the messages do.
 func Start(addr, dir string, logger *slog.Logger) (*Server, error) {
@@ -122,8 +124,7 @@ func (s *session) Data(r io.Reader) error {
 		id = uuid.NewString()
 		s.logger.Warn("dev SMTP: the envelope sender is not bounces+<email_id>.<tag>@...; saving the message under a random name", "file", id+".eml")
 	}
-	path := filepath.Join(s.dir, id+".eml")
-	n, err := writeAtomically(path, r)
+	path, n, err := saveMessage(s.dir, id, r)
 	if err != nil {
 		var smtpErr *smtp.SMTPError
 		if errors.As(err, &smtpErr) {
@@ -155,25 +156,42 @@ func emailID(envelopeSender string) (string, bool) {
 	return id, emailIDPattern.MatchString(id)
 }
 
-// writeAtomically writes r to path through a temporary file in the same
-// directory, so a reader never sees half a message.
-func writeAtomically(path string, r io.Reader) (int64, error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".incoming-*.tmp") // mode 0600
+// maxCopies bounds the messages kept for one email id.
+const maxCopies = 10000
+
+// saveMessage writes r to dir as <id>.eml or, when that exists (a tracked
+// email sends each recipient a message of its own, with the same envelope
+// sender), as <id>.2.eml, <id>.3.eml, ... It writes through a temporary
+// file in the same directory, so a reader never sees half a message, and
+// links it under its name, which never replaces a message already kept.
+func saveMessage(dir, id string, r io.Reader) (string, int64, error) {
+	tmp, err := os.CreateTemp(dir, ".incoming-*.tmp") // mode 0600
 	if err != nil {
-		return 0, err
+		return "", 0, err
 	}
+	defer os.Remove(tmp.Name())
 	n, err := io.Copy(tmp, r)
 	if closeErr := tmp.Close(); err == nil {
 		err = closeErr
 	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
 	if err != nil {
-		_ = os.Remove(tmp.Name())
-		return 0, err
+		return "", 0, err
 	}
-	return n, nil
+	for i := 1; i <= maxCopies; i++ {
+		name := id + ".eml"
+		if i > 1 {
+			name = fmt.Sprintf("%s.%d.eml", id, i)
+		}
+		path := filepath.Join(dir, name)
+		err := os.Link(tmp.Name(), path)
+		if err == nil {
+			return path, n, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", 0, err
+		}
+	}
+	return "", 0, fmt.Errorf("%d messages of email %s kept already", maxCopies, id)
 }
 
 // errorLog routes go-smtp's own error messages (failed accepts, panics in a

@@ -69,6 +69,16 @@ func TestMessagesAreSavedAsSent(t *testing.T) {
 		t.Errorf("file mode %o, want 600", mode)
 	}
 
+	// A second message of the same email (a tracked email's next
+	// recipient) is kept beside the first.
+	send("bounces+" + emailID + ".tag2@bounces.mailyard.test")
+	if got, err := os.ReadFile(filepath.Join(dir, emailID+".2.eml")); err != nil || !bytes.Equal(got, message) {
+		t.Errorf("the second message of the email: %v\n%q", err, got)
+	}
+	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, message) {
+		t.Errorf("the first message of the email after the second: %v\n%q", err, got)
+	}
+
 	// Without an email id, or with one that is no plain file name: a
 	// random name, inside dir.
 	send("noreply@mailyard.test")
@@ -81,12 +91,13 @@ func TestMessagesAreSavedAsSent(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 		id, isEML := strings.CutSuffix(e.Name(), ".eml")
+		id = strings.TrimSuffix(id, ".2")
 		if _, err := uuid.Parse(id); !isEML || err != nil {
 			t.Errorf("unexpected file %s in the mail directory", e.Name())
 		}
 	}
-	if len(names) != 3 {
-		t.Errorf("files %q, want three messages and no temporary file", names)
+	if len(names) != 4 {
+		t.Errorf("files %q, want four messages and no temporary file", names)
 	}
 
 	if !strings.Contains(logs.String(), emailID) {
