@@ -101,8 +101,9 @@ func TestTrackingCustomDomainHTTPS(t *testing.T) {
 
 	// Pending, the custom domain gets no certificate: the handshake fails
 	// and the CA is asked nothing.
-	if _, err := handshake(tlsAddrs[0], custom, pebble.Roots); err == nil {
-		t.Fatal("handshake for a custom domain whose record is pending succeeded")
+	assertRefused(t, tlsAddrs[0], custom, pebble.Roots)
+	if n := orders(pebble); n != 0 {
+		t.Fatalf("Pebble got %d orders for a pending custom domain", n)
 	}
 
 	// The customer creates the CNAME; verify until record 5 is verified.
@@ -175,8 +176,8 @@ func TestTrackingCustomDomainHTTPS(t *testing.T) {
 	if res2.chain[0].SerialNumber.Cmp(cert1.SerialNumber) != 0 {
 		t.Fatalf("second process serves serial %x, first %x", res2.chain[0].SerialNumber, cert1.SerialNumber)
 	}
-	if n := issued(pebble); n != 1 {
-		t.Fatalf("Pebble issued %d certificates, want 1:\n%s", n, pebble.Output())
+	if n, orders := issued(pebble), orders(pebble); n != 1 || orders != 1 {
+		t.Fatalf("Pebble got %d orders and issued %d certificates, want 1 and 1:\n%s", orders, n, pebble.Output())
 	}
 
 	// The click is recorded (by whichever process; once).
@@ -189,16 +190,10 @@ func TestTrackingCustomDomainHTTPS(t *testing.T) {
 
 	// A name that resolves to us but is no verified custom domain: no
 	// handshake, no order.
-	if _, err := handshake(tlsAddrs[0], unverified, pebble.Roots); err == nil {
-		t.Fatalf("handshake for %s succeeded", unverified)
-	} else if !strings.Contains(err.Error(), "remote error: tls") {
-		t.Fatalf("handshake for %s: %v, want it refused", unverified, err)
-	}
-	if _, err := handshake(tlsAddrs[1], trackingHost, pebble.Roots); err == nil {
-		t.Fatalf("handshake for the tracking host %s succeeded", trackingHost)
-	}
-	if n := issued(pebble); n != 1 {
-		t.Fatalf("Pebble issued %d certificates after refused names, want 1", n)
+	assertRefused(t, tlsAddrs[0], unverified, pebble.Roots)
+	assertRefused(t, tlsAddrs[1], trackingHost, pebble.Roots)
+	if n, orders := issued(pebble), orders(pebble); n != 1 || orders != 1 {
+		t.Fatalf("Pebble got %d orders and issued %d certificates after refused names, want 1 and 1", orders, n)
 	}
 
 	// Another organization verifies its own domain and custom tracking
@@ -230,12 +225,28 @@ func TestTrackingCustomDomainHTTPS(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := issued(pebble); n != 2 {
-		t.Fatalf("Pebble issued %d certificates, want 2 (one per verified custom domain)", n)
+	if n, orders := issued(pebble), orders(pebble); n != 2 || orders != 2 {
+		t.Fatalf("Pebble got %d orders and issued %d certificates, want 2 and 2 (one per verified custom domain)", orders, n)
 	}
 	// And the shop's own domain still redirects.
 	if res, err := fetch(tlsAddrs[1], clickURL, pebble.Roots); err != nil || res.status != http.StatusFound || res.location != original {
 		t.Fatalf("click on the shop's domain after the other's: %+v %v", res, err)
+	}
+
+	// The shop removes its custom domain: record 5 goes, and neither process
+	// completes a handshake for it any more, certificate in the cache or not.
+	removed := s.call("PATCH", fmt.Sprintf("/api/v1/domains/%d/tracking", id), map[string]any{"custom_domain": nil}, 200)
+	if tr := removed["domain"].(map[string]any)["tracking"].(map[string]any); tr["custom_domain"] != nil || tr["custom_domain_status"] != nil || tr["clicks"] != true {
+		t.Fatalf("tracking after removing the custom domain: %v", tr)
+	}
+	if rs := s.call("GET", fmt.Sprintf("/api/v1/domains/%d/dns-records", id), nil, 200)["dns_records"].([]any); len(rs) != 4 {
+		t.Fatalf("records after removing the custom domain: %v", rs)
+	}
+	for _, addr := range tlsAddrs {
+		assertRefused(t, addr, custom, pebble.Roots)
+	}
+	if n := orders(pebble); n != 2 {
+		t.Fatalf("Pebble got %d orders after the removal, want 2", n)
 	}
 	t.Logf("done after %s", time.Since(start).Round(time.Millisecond))
 }
@@ -273,20 +284,35 @@ func fetch(addr, rawURL string, roots *x509.CertPool) (*clickResult, error) {
 	return &clickResult{status: resp.StatusCode, location: resp.Header.Get("Location"), chain: resp.TLS.PeerCertificates}, nil
 }
 
-// handshake is a TLS handshake at addr for name.
-func handshake(addr, name string, roots *x509.CertPool) (*x509.Certificate, error) {
+// assertRefused checks that the listener at addr refuses a TLS handshake
+// for name (the server's alert, not a client-side failure).
+func assertRefused(t *testing.T, addr, name string, roots *x509.CertPool) {
+	t.Helper()
 	d := &net.Dialer{Timeout: 10 * time.Second}
 	conn, err := tls.DialWithDialer(d, "tcp", addr, &tls.Config{ServerName: name, RootCAs: roots, MinVersion: tls.VersionTLS12})
-	if err != nil {
-		return nil, err
+	if err == nil {
+		conn.Close()
+		t.Fatalf("%s completes a TLS handshake for %s", addr, name)
 	}
-	defer conn.Close()
-	return conn.ConnectionState().PeerCertificates[0], nil
+	if !strings.Contains(err.Error(), "remote error: tls") {
+		t.Fatalf("handshake at %s for %s: %v, want the server to refuse it", addr, name, err)
+	}
 }
 
 // issued counts the certificates Pebble issued.
 func issued(p *pebbletest.Pebble) int {
 	return strings.Count(p.Output(), "Issued certificate serial")
+}
+
+// orders is the number of orders Pebble holds.
+func orders(p *pebbletest.Pebble) int {
+	n := 0
+	for _, m := range regexp.MustCompile(`There are now (\d+) orders in the db`).FindAllStringSubmatch(p.Output(), -1) {
+		if k, _ := strconv.Atoi(m[1]); k > n {
+			n = k
+		}
+	}
+	return n
 }
 
 func portNumber(t *testing.T, addr string) int {
@@ -317,7 +343,6 @@ func htmlPart(t *testing.T, raw []byte) string {
 }
 
 type partHeader interface{ Get(string) string }
-
 
 func findHTML(h partHeader, body io.Reader) (string, bool, error) {
 	mt, params, err := mime.ParseMediaType(h.Get("Content-Type"))
