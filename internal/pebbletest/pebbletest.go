@@ -70,6 +70,9 @@ type Pebble struct {
 	ManagementURL string
 	// DNSAddr is the DNS server Pebble resolves names with.
 	DNSAddr string
+	// CAFile is a PEM file of the CA of Pebble's HTTPS certificate, for a
+	// process that talks to Pebble (MAILYARD_ACME_CA).
+	CAFile string
 
 	output *testenv.SyncBuffer
 }
@@ -133,12 +136,14 @@ func Start(t testing.TB, o Options) *Pebble {
 		DirectoryURL:  "https://" + listen + "/dir",
 		ManagementURL: "https://" + management,
 		DNSAddr:       zone.Addr,
+		CAFile:        filepath.Join(dir, "ca.pem"),
 		output:        &testenv.SyncBuffer{},
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	writePEM(t, p.CAFile, "CERTIFICATE", ca.Raw)
 	p.HTTPClient = &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	t.Cleanup(tr.CloseIdleConnections)
 

@@ -1,7 +1,11 @@
 package pebbletest_test
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"net"
+	"net/http"
+	"os"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -33,6 +37,22 @@ func TestStart(t *testing.T) {
 	if p.Roots == nil {
 		t.Fatal("no root")
 	}
+	// CAFile is what Pebble's HTTPS certificate verifies against.
+	caPEM, err := os.ReadFile(p.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("CAFile holds no PEM certificate: %q", caPEM)
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	defer tr.CloseIdleConnections()
+	resp, err = (&http.Client{Transport: tr}).Get(p.DirectoryURL)
+	if err != nil {
+		t.Fatalf("directory with CAFile's roots: %v", err)
+	}
+	resp.Body.Close()
 
 	client := &dns.Client{Net: "tcp"} // as Pebble asks
 	ask := func(name string, qtype uint16) *dns.Msg {
