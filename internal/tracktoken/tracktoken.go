@@ -4,17 +4,21 @@
 //
 // A token is the lower-case base32 (RFC 4648, no padding) of
 //
-//	kind (1 byte) | email id (16) | recipient position (2) [| link (2)] | MAC (12)
+//	kind (1 byte) | AES(email id) (16) | recipient position (2) [| link (2)] | MAC (12)
 //
 // where MAC is HMAC-SHA256 over everything before it, truncated to 96 bits,
-// under a key derived from MAILYARD_ENCRYPTION_KEY. It holds no address, and
-// one that is not exactly as minted fails Parse: a bad token changes nothing.
+// and the email id is one AES-256 block (a permutation: no two ids share a
+// ciphertext), both under keys derived from MAILYARD_ENCRYPTION_KEY. It holds
+// no address and shows no id (the API's email ids are not in links), and one
+// that is not exactly as minted fails Parse: a bad token changes nothing.
 // Base32 because the same token is the local part of the mailto: unsubscribe
 // address, and mail systems may change the case of a local part; at most 53
 // characters, so "unsubscribe+<token>" fits the 64 a local part may have.
 package tracktoken
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -62,7 +66,8 @@ type Token struct {
 
 // Keys mints and parses tokens.
 type Keys struct {
-	key []byte
+	key   []byte
+	block cipher.Block
 }
 
 // New derives the token key from the encryption key (32 bytes), so tokens
@@ -75,7 +80,15 @@ func New(encryptionKey []byte) (*Keys, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Keys{key: key}, nil
+	idKey, err := hkdf.Key(sha256.New, encryptionKey, nil, "mailyard tracking token ids v1", 32)
+	if err != nil {
+		return nil, err
+	}
+	block, err := aes.NewCipher(idKey)
+	if err != nil {
+		return nil, err
+	}
+	return &Keys{key: key, block: block}, nil
 }
 
 // Mint returns the token of t. Recipient and Link must fit in 16 bits (an
@@ -89,7 +102,9 @@ func (k *Keys) Mint(t Token) (string, error) {
 	}
 	b := make([]byte, 0, 1+16+4+macSize)
 	b = append(b, byte(t.Kind))
-	b = append(b, t.EmailID[:]...)
+	var id [16]byte
+	k.block.Encrypt(id[:], t.EmailID[:])
+	b = append(b, id[:]...)
 	b = binary.BigEndian.AppendUint16(b, uint16(t.Recipient))
 	if t.Kind == Click {
 		b = binary.BigEndian.AppendUint16(b, uint16(t.Link))
@@ -133,7 +148,7 @@ func (k *Keys) Parse(kind Kind, s string) (Token, error) {
 		return Token{}, ErrInvalid
 	}
 	t := Token{Kind: kind, Recipient: int(binary.BigEndian.Uint16(body[17:19]))}
-	copy(t.EmailID[:], body[1:17])
+	k.block.Decrypt(t.EmailID[:], body[1:17])
 	if kind == Click {
 		t.Link = int(binary.BigEndian.Uint16(body[19:21]))
 	}
