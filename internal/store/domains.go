@@ -211,6 +211,10 @@ func (s *Store) DomainRecords(ctx context.Context, domainID int64) ([]DomainReco
 // and Error set: it keeps the record's previous status.
 type RecordCheck struct {
 	Position int
+	// Name is the record's name when it was checked: a check of a record
+	// replaced meanwhile (a new custom tracking domain) is not applied to
+	// its successor. Empty matches any.
+	Name     string
 	Status   string
 	Observed []string
 	Error    string
@@ -225,6 +229,9 @@ func (s *Store) SaveChecks(ctx context.Context, domainID int64, checks []RecordC
 			q := tx.NewUpdate().Model((*DomainRecord)(nil)).
 				Set("checked_at = ?", at).
 				Where("domain_id = ?", domainID).Where("position = ?", c.Position)
+			if c.Name != "" {
+				q = q.Where("name = ?", c.Name)
+			}
 			if c.Status == "" {
 				q = q.Set("error = ?", c.Error)
 			} else {

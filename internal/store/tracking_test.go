@@ -168,3 +168,26 @@ func TestEngagementLinksAndUnsubscribeSuppression(t *testing.T) {
 		}
 	})
 }
+
+// A check of record 5 made before the custom domain changed is not applied
+// to the new record.
+func TestStaleCheckOfReplacedRecord(t *testing.T) {
+	ctx := context.Background()
+	st := testenv.OpenStore(t, testenv.SQLiteURL(t))
+	org := newOrg(t, st, "acme")
+	id := newDomain(t, st, org, "shop.example", store.DomainVerified)
+	d, _ := st.DomainByID(ctx, id)
+	for _, name := range []string{"old.shop.example", "new.shop.example"} {
+		n := name
+		if err := st.SetDomainTracking(ctx, d, store.TrackingSettings{CustomDomainSet: true, CustomDomain: &n,
+			CustomRecord: &store.DomainRecord{Purpose: "Tracking (CNAME)", Type: "CNAME", Name: n, Value: "t.mailyard.test"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.SaveChecks(ctx, id, []store.RecordCheck{{Position: store.TrackingRecordPosition, Name: "old.shop.example", Status: store.RecordVerified}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := st.TrackingDomainStatus(ctx, id); status != store.RecordPending {
+		t.Fatalf("the old name's check made the new record %s", status)
+	}
+}

@@ -57,7 +57,7 @@ func (v *Verifier) Verify(ctx context.Context, domainID int64) (Outcome, error) 
 	out := Outcome{Total: len(records)}
 	for i, res := range results {
 		metrics.CountVerificationCheck(string(exps[i].Kind), string(res.Status))
-		c := store.RecordCheck{Position: records[i].Position, Observed: res.Observed}
+		c := store.RecordCheck{Position: records[i].Position, Name: records[i].Name, Observed: res.Observed}
 		switch res.Status {
 		case dnscheck.StatusVerified:
 			c.Status = store.RecordVerified
