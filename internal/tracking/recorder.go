@@ -62,7 +62,8 @@ func (r *Recorder) Unsubscribe(ctx context.Context, t tracktoken.Token) error {
 // an email that no longer exists records nothing.
 func (r *Recorder) record(ctx context.Context, t tracktoken.Token, what store.Engagement, typ eventtype.Type,
 	counter store.StatCounter, url, eventKey, userAgent string) error {
-	e, d, err := r.Store.EmailForDelivery(ctx, t.EmailID.String())
+	// The envelope only: the content and messages are not needed here.
+	e, domain, err := r.Store.EmailEnvelope(ctx, t.EmailID.String())
 	if err != nil {
 		return ignoreNotFound(err)
 	}
@@ -81,7 +82,7 @@ func (r *Recorder) record(ctx context.Context, t tracktoken.Token, what store.En
 			counter = ""
 		}
 		data := engagementData{MessageID: e.ID, ToEmail: rcpt.Address, Subject: e.Subject, URL: url, UserAgent: cleanUserAgent(userAgent)}
-		_, err = emailevent.Record(ctx, tx, e, d.Domain, store.EmailEventIDPrefix(e.ID)+eventKey, typ, counter, rcpt.Address, at, data)
+		_, err = emailevent.Record(ctx, tx, e, domain, store.EmailEventIDPrefix(e.ID)+eventKey, typ, counter, rcpt.Address, at, data)
 		return err
 	})
 	if err != nil {
