@@ -53,6 +53,14 @@ func (s *Store) SetDomainTracking(ctx context.Context, d *Domain, t TrackingSett
 		if !changed {
 			return nil
 		}
+		if old := d.TrackingDomain; old != nil {
+			// The old name's certificates (autocert's keys: the name, and
+			// +rsa, +token after it) are not served or renewed any more.
+			if _, err := tx.NewDelete().Model((*ACMECacheEntry)(nil)).
+				Where("key IN (?)", bun.List([]string{*old, *old + "+rsa", *old + "+token"})).Exec(ctx); err != nil {
+				return err
+			}
+		}
 		d.TrackingDomain = t.CustomDomain
 		if _, err := tx.NewDelete().Model((*DomainRecord)(nil)).
 			Where("domain_id = ?", d.ID).Where("position = ?", TrackingRecordPosition).Exec(ctx); err != nil {

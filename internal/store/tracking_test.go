@@ -66,8 +66,18 @@ func TestDomainTrackingAndRecordFive(t *testing.T) {
 		if status, _ := st.TrackingDomainStatus(ctx, id); status != store.RecordVerified {
 			t.Fatalf("status after setting the same name: %q", status)
 		}
+		for _, key := range []string{name, name + "+rsa", "other.example"} {
+			if err := st.PutACMECacheEntry(ctx, key, []byte("sealed")); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if err := st.SetDomainTracking(ctx, d, store.TrackingSettings{CustomDomainSet: true}); err != nil {
 			t.Fatal(err)
+		}
+		for key, want := range map[string]bool{name: false, name + "+rsa": false, "other.example": true} {
+			if _, err := st.ACMECacheEntry(ctx, key); (err == nil) != want {
+				t.Errorf("cache entry %s kept=%v after the custom domain was removed, want %v", key, err == nil, want)
+			}
 		}
 		records, _ := st.DomainRecords(ctx, id)
 		for _, r := range records {
