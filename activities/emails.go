@@ -71,49 +71,69 @@ const reasonDomainDeleted = "domain_deleted"
 // run stored it, and settles the recipients nothing will be sent to
 // (suppressed addresses, a deleted domain).
 func (a *Emails) Prepare(ctx context.Context, in email.PrepareInput) (email.PrepareResult, error) {
-	e, d, err := a.Store.EmailForDelivery(ctx, in.EmailID)
+	res, p, err := a.prepare(ctx, in.EmailID)
+	if err != nil || p == nil {
+		return res, err
+	}
+	return res, a.settle(ctx, in.EmailID)
+}
+
+// prepared is an email as prepare leaves it: what its first attempt needs,
+// so that the attempt made in the same step reads nothing again.
+type prepared struct {
+	e       *store.Email
+	d       *store.Domain
+	pending []store.EmailRecipient // the recipients to send to
+}
+
+// prepare is Prepare without settling the email; a nil *prepared means the
+// email is gone or already settled (its domain was deleted).
+func (a *Emails) prepare(ctx context.Context, emailID string) (email.PrepareResult, *prepared, error) {
+	e, d, err := a.Store.EmailForDelivery(ctx, emailID)
 	if errors.Is(err, store.ErrNotFound) {
-		return email.PrepareResult{Gone: true}, nil
+		return email.PrepareResult{Gone: true}, nil, nil
 	}
 	if err != nil {
-		return email.PrepareResult{}, err
+		return email.PrepareResult{}, nil, err
 	}
 	// A scheduled email's time has come (the workflow waited for it).
 	if err := a.Store.StartSending(ctx, e.ID); err != nil {
-		return email.PrepareResult{}, err
+		return email.PrepareResult{}, nil, err
 	}
 	total, err := a.Store.RecipientCount(ctx, e.ID)
 	if err != nil {
-		return email.PrepareResult{}, err
+		return email.PrepareResult{}, nil, err
 	}
 	err = a.Store.MarkEmailAccepted(ctx, e.ID, func(ctx context.Context, tx bun.IDB) error {
 		return store.CountEmailEvent(ctx, tx, e.OrganizationID, e.DomainID, store.StatAccepted, e.CreatedAt, total)
 	})
 	if err != nil {
-		return email.PrepareResult{}, err
+		return email.PrepareResult{}, nil, err
 	}
 
 	pending, err := a.Store.PendingRecipients(ctx, e.ID)
 	if err != nil {
-		return email.PrepareResult{}, err
+		return email.PrepareResult{}, nil, err
 	}
 	if d.DeletedAt != nil {
-		return email.PrepareResult{}, a.endAll(ctx, e, d, pending, reasonDomainDeleted)
+		return email.PrepareResult{}, nil, a.endAll(ctx, e, d, pending, reasonDomainDeleted)
 	}
 	if e.EnvelopeSender == nil {
-		if _, err := a.Store.SetEnvelopeSender(ctx, e.ID, a.Tags.Sender(e.ID, d.MailFromSubdomain)); err != nil {
-			return email.PrepareResult{}, err
+		sender, err := a.Store.SetEnvelopeSender(ctx, e.ID, a.Tags.Sender(e.ID, d.MailFromSubdomain))
+		if err != nil {
+			return email.PrepareResult{}, nil, err
 		}
+		e.EnvelopeSender = &sender
 	}
 	switch {
 	case e.ErasedAt != nil:
 	case e.Tracked():
 		if err := a.buildAndSignEach(ctx, e, d, pending); err != nil {
-			return email.PrepareResult{}, err
+			return email.PrepareResult{}, nil, err
 		}
 	case e.SignedMessage == nil:
 		if err := a.buildAndSign(ctx, e, d); err != nil {
-			return email.PrepareResult{}, err
+			return email.PrepareResult{}, nil, err
 		}
 	}
 
@@ -123,23 +143,20 @@ func (a *Emails) Prepare(ctx context.Context, in email.PrepareInput) (email.Prep
 	}
 	suppressed, err := a.Store.SuppressedAmong(ctx, e.OrganizationID, addrs, e.TrackUnsubscribe)
 	if err != nil {
-		return email.PrepareResult{}, err
+		return email.PrepareResult{}, nil, err
 	}
-	left := 0
+	var left []store.EmailRecipient
 	for _, r := range pending {
 		if !suppressed[r.Address] {
-			left++
+			left = append(left, r)
 			continue
 		}
 		change := store.RecipientChange{Position: r.Position, Status: store.RecipientSuppressed, Response: "not sent: the address is on the suppression list"}
 		if _, err := a.Store.ChangeRecipient(ctx, e.ID, change, a.outcome(e, d, r, outcome{bounceType: bounceSuppressed})); err != nil {
-			return email.PrepareResult{}, err
+			return email.PrepareResult{}, nil, err
 		}
 	}
-	if err := a.settle(ctx, e.ID); err != nil {
-		return email.PrepareResult{}, err
-	}
-	return email.PrepareResult{Pending: left}, nil
+	return email.PrepareResult{Pending: len(left)}, &prepared{e: e, d: d, pending: left}, nil
 }
 
 // buildAndSign renders the message once and signs it with the domain's
@@ -293,18 +310,23 @@ func (a *Emails) openKey(k *store.DKIMKey) (crypto.Signer, error) {
 // recipient whose answer was recorded is not sent to again).
 func (a *Emails) Attempt(ctx context.Context, in email.AttemptInput) (email.AttemptResult, error) {
 	defer keepAlive(ctx)()
-	var out email.AttemptResult
 	e, d, err := a.Store.EmailForDelivery(ctx, in.EmailID)
 	if errors.Is(err, store.ErrNotFound) {
-		return out, nil
+		return email.AttemptResult{}, nil
 	}
 	if err != nil {
-		return out, err
+		return email.AttemptResult{}, err
 	}
 	pending, err := a.Store.PendingRecipients(ctx, e.ID)
 	if err != nil || len(pending) == 0 {
-		return out, errors.Join(err, a.settle(ctx, e.ID))
+		return email.AttemptResult{}, errors.Join(err, a.settle(ctx, e.ID))
 	}
+	return a.attempt(ctx, in, e, d, pending)
+}
+
+// attempt is Attempt for an email and pending recipients already read.
+func (a *Emails) attempt(ctx context.Context, in email.AttemptInput, e *store.Email, d *store.Domain, pending []store.EmailRecipient) (email.AttemptResult, error) {
+	var out email.AttemptResult
 	if d.DeletedAt != nil {
 		out.Bounced = len(pending)
 		return out, a.endAll(ctx, e, d, pending, reasonDomainDeleted)
@@ -434,12 +456,17 @@ func keepAlive(ctx context.Context) (stop func()) {
 // local-first-attempt change). Each is idempotent, so a retried run
 // resumes where the last stopped.
 func (a *Emails) FirstAttempt(ctx context.Context, in email.FirstAttemptInput) (email.FirstAttemptResult, error) {
-	prep, err := a.Prepare(ctx, email.PrepareInput{EmailID: in.EmailID})
+	prep, p, err := a.prepare(ctx, in.EmailID)
 	out := email.FirstAttemptResult{PrepareResult: prep}
-	if err != nil || prep.Gone || prep.Pending == 0 || !in.Send {
+	if err != nil || p == nil {
 		return out, err
 	}
-	out.Attempt, err = a.Attempt(ctx, email.AttemptInput{EmailID: in.EmailID, Attempt: 1, Final: in.Final})
+	if prep.Pending == 0 || !in.Send {
+		return out, a.settle(ctx, in.EmailID)
+	}
+	// The attempt settles the email (and starts the deliveries of any
+	// suppressed recipient's event) itself.
+	out.Attempt, err = a.attempt(ctx, email.AttemptInput{EmailID: in.EmailID, Attempt: 1, Final: in.Final}, p.e, p.d, p.pending)
 	out.Attempted = err == nil
 	return out, err
 }
