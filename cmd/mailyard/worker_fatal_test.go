@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os/exec"
 	"strings"
 	"testing"
@@ -23,7 +24,16 @@ func TestWorkerExitsOnFatalError(t *testing.T) {
 		t.Skip("starts its own Temporal dev server and the worker binary")
 	}
 	t.Parallel()
-	temporal := testenv.OwnTemporal(t)
+	// Long polls end after 5 s instead of a minute: the one under way when
+	// the namespace goes would otherwise hold off the first NamespaceNotFound
+	// for up to that minute.
+	srv, err := temporaldev.Start(context.Background(), temporaldev.Options{Headless: true,
+		DynamicConfig: []string{`matching.longPollExpirationInterval="5s"`}})
+	if err != nil {
+		t.Fatalf("Temporal dev server: %v", err)
+	}
+	t.Cleanup(srv.Stop)
+	temporal := srv.Address
 	cli, err := temporaldev.FindBinary()
 	if err != nil {
 		t.Fatal(err)
@@ -58,10 +68,10 @@ func TestWorkerExitsOnFatalError(t *testing.T) {
 	operator("delete", "--yes")
 	// The grace period counts from the pollers' last successful poll; after
 	// it, at most their longest back-off (10 s), or a long poll that was under
-	// way when the namespace went (the server ends one within a minute). With
-	// the SDK's own two minutes the worker, started seconds before the
-	// deletion, would exit about two minutes after it: past this deadline, so
-	// a hook that stopped working fails the test instead of slowing it down.
+	// way when the namespace went (5 s here). With the SDK's own two minutes
+	// the worker, started seconds before the deletion, would exit about two
+	// minutes after it: past this deadline, so a hook that stopped working
+	// fails the test instead of slowing it down.
 	const exitWithin = 90 * time.Second
 	deleted := time.Now()
 	for !worker.Exited() {

@@ -62,6 +62,12 @@ type (
 		Status            string `json:"status"`
 		MailFromSubdomain string `json:"mailfrom_subdomain"`
 	}
+	// DeletedDomain is what DELETE answers: no more than this.
+	DeletedDomain struct {
+		ID     int64  `json:"id"`
+		Domain string `json:"domain"`
+		Status string `json:"status"`
+	}
 	DNSRecord struct {
 		Name  string `json:"name"`
 		Value string `json:"value"`
@@ -240,10 +246,10 @@ func (c *apiClient) rotate(id int64) RotationStarted {
 	return out.Rotation
 }
 
-func (c *apiClient) deleteDomain(id int64) Domain {
+func (c *apiClient) deleteDomain(id int64) DeletedDomain {
 	c.t.Helper()
 	var out struct {
-		Domain Domain `json:"domain"`
+		Domain DeletedDomain `json:"domain"`
 	}
 	c.do("DELETE", fmt.Sprintf("/api/v1/domains/%d", id), nil, 200, &out)
 	return out.Domain

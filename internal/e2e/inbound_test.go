@@ -464,6 +464,11 @@ func TestInboundDatabaseDown(t *testing.T) {
 	if err := sendMail(addr, "fbl@feedback.example", []string{"fbl@bounces.mailyard.test"}, report); err != nil {
 		t.Fatalf("with the database up: %v", err)
 	}
+	// The worker past its start (it reads the migration status first), so
+	// that its surviving the outage below is about the outage.
+	testenv.Eventually(t, time.Minute, "the worker's three task queues", func() bool {
+		return strings.Count(s.worker.Output(), "Started Worker") == 3
+	})
 	pg.Stop()
 	for name, rcpt := range map[string]string{"at DATA": "fbl@bounces.mailyard.test", "at RCPT": tagged} {
 		err := sendMail(addr, "fbl@feedback.example", []string{rcpt}, report)
