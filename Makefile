@@ -1,13 +1,12 @@
 # Mailyard — the commands people expect. `make run` and `make test` are the set-up.
 
 GO            ?= go
-TEMPORAL_CLI  := bin/temporal
-# The Temporal CLI (with the real dev server and its UI) from the Go module proxy.
-TEMPORAL_VER  := v1.5.1
-# The real Temporal server and its SQL schema tool, for the end-to-end test of the
-# production topology (PostgreSQL persistence, separate processes). Built into bin/
-# like the CLI; never linked into mailyard (go.mod does not require the server).
-TEMPORAL_SERVER_VER := v1.29.1
+# The Temporal CLI (with the real dev server and its UI), and the real Temporal
+# server with its SQL schema tool, for the end-to-end test of the production
+# topology (PostgreSQL persistence, separate processes). Their versions are in
+# tools/temporal/go.mod (CLI v1.5.1, server v1.29.1), a module of their own:
+# mailyard's go.mod requires none of them. Built into bin/ from the Go module proxy.
+TEMPORAL_CLI        := bin/temporal
 TEMPORAL_SERVER     := bin/temporal-server
 TEMPORAL_SQL_TOOL   := bin/temporal-sql-tool
 # The API reference UI at /docs (Stoplight Elements), embedded from api/docsui/elements.
@@ -37,28 +36,25 @@ migrate: build
 	bin/mailyard migrate up
 
 temporal: $(TEMPORAL_CLI)
-
-$(TEMPORAL_CLI):
-	@echo "Building the Temporal dev server from the Go module proxy into $(TEMPORAL_CLI)."
-	@echo "This happens once and takes a few minutes; later runs start in seconds."
-	GOBIN=$(CURDIR)/bin $(GO) install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_VER)
-
-# `go install` names the binaries after their packages (server, sql); they are built
-# into a directory of their own and renamed, so a half-finished build leaves no file
-# that make would take as done. One `go install` builds both (a grouped target, GNU
-# make 4.3): the SQL tool shares most of its packages with the server, which are then
-# compiled once instead of twice by two go commands side by side.
 temporal-server: $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
 
-$(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) &:
-	@echo "Building the Temporal server and temporal-sql-tool $(TEMPORAL_SERVER_VER) from the Go module proxy into bin/ (once, a few minutes)."
-	rm -rf bin/.build-temporal-server
-	GOBIN=$(CURDIR)/bin/.build-temporal-server $(GO) install \
-		go.temporal.io/server/cmd/server@$(TEMPORAL_SERVER_VER) \
-		go.temporal.io/server/cmd/tools/sql@$(TEMPORAL_SERVER_VER)
-	mv bin/.build-temporal-server/server $(TEMPORAL_SERVER)
-	mv bin/.build-temporal-server/sql $(TEMPORAL_SQL_TOOL)
-	rm -rf bin/.build-temporal-server
+# One go build for the three binaries (a grouped target, GNU make 4.3), in the one
+# module graph of tools/temporal: the CLI embeds the server, so the server's
+# packages are compiled once for both instead of twice by two `go install`s whose
+# graphs differ (the CLI's requires newer grpc, otel, x/net and SDK versions than
+# the server's own go.mod, so nearly every package differed). The server is then
+# built with the dependency versions the CLI's dev server ships with. A build
+# directory of its own, renamed after: a half-finished build leaves no file that
+# make would take as done.
+$(TEMPORAL_CLI) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) &: tools/temporal/go.mod tools/temporal/go.sum
+	@echo "Building the Temporal CLI, server and temporal-sql-tool (tools/temporal/go.mod) from the Go module proxy into bin/."
+	@echo "This happens once and takes a few minutes; later runs start in seconds."
+	rm -rf bin/.build-temporal
+	$(GO) build -C tools/temporal -o $(CURDIR)/bin/.build-temporal/ tool
+	mv bin/.build-temporal/temporal $(TEMPORAL_CLI)
+	mv bin/.build-temporal/server $(TEMPORAL_SERVER)
+	mv bin/.build-temporal/sql $(TEMPORAL_SQL_TOOL)
+	rm -rf bin/.build-temporal
 
 pebble: $(PEBBLE)
 

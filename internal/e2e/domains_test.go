@@ -23,22 +23,23 @@ import (
 // domain lets its window run out, fails, and is verified in a new window.
 func TestDomainOnboardingEndToEnd(t *testing.T) {
 	// A short schedule: a check every second, a window of 20 seconds.
-	s := startStack(t, "MAILYARD_VERIFY_SCHEDULE=1s/20s")
+	s := startStack(t, topology{env: []string{"MAILYARD_VERIFY_SCHEDULE=1s/20s"}})
 
-	added := s.call("POST", "/api/v1/domains", map[string]any{"domain": "Example.COM."}, 201)
-	dom := added["domain"].(map[string]any)
-	if dom["domain"] != "example.com" || dom["status"] != "pending" || dom["mailfrom_subdomain"] != "mail.example.com" {
-		t.Fatalf("added %v", dom)
+	api := s.api()
+	added := api.addDomain("Example.COM.", "")
+	dom := added.Domain
+	if dom.Domain != "example.com" || dom.Status != "pending" || dom.MailFromSubdomain != "mail.example.com" {
+		t.Fatalf("added %+v", dom)
 	}
-	id := int64(dom["id"].(float64))
-	records := added["dns_records"].([]any)
+	id := dom.ID
+	records := added.DNSRecords
 	if len(records) != 4 {
-		t.Fatalf("records %v", records)
+		t.Fatalf("records %+v", records)
 	}
-	cname1 := records[0].(map[string]any)
-	token := strings.TrimSuffix(cname1["value"].(string), "-1.dkim.mailyard.test")
-	if len(token) != 32 || cname1["name"] != token+"-1._domainkey.example.com" {
-		t.Fatalf("DKIM record 1 %v", cname1)
+	cname1 := records[0]
+	token := strings.TrimSuffix(cname1.Value, "-1.dkim.mailyard.test")
+	if len(token) != 32 || cname1.Name != token+"-1._domainkey.example.com" {
+		t.Fatalf("DKIM record 1 %+v", cname1)
 	}
 
 	// The embedded DNS server publishes both keys: 2048-bit RSA.
@@ -61,10 +62,9 @@ func TestDomainOnboardingEndToEnd(t *testing.T) {
 	}
 
 	// Nothing in the customer's zone yet: the records are pending (not found).
-	state := s.call("GET", fmt.Sprintf("/api/v1/domains/%d/dns-records", id), nil, 200)
-	for _, r := range state["dns_records"].([]any) {
-		if r.(map[string]any)["status"] != "pending" {
-			t.Fatalf("record before creation: %v", r)
+	for _, r := range api.dnsRecords(id).DNSRecords {
+		if r.Status != "pending" {
+			t.Fatalf("record before creation: %+v", r)
 		}
 	}
 
@@ -73,14 +73,13 @@ func TestDomainOnboardingEndToEnd(t *testing.T) {
 	s.customer.Add(t, token+"-2._domainkey.example.com. 300 IN CNAME "+token+"-2.dkim.mailyard.test.")
 	s.customer.Add(t, `mail.example.com. 300 IN TXT "v=spf1 include:spf.mailyard.test ~all"`)
 	s.customer.Add(t, "mail.example.com. 300 IN MX 10 bounces.mailyard.test.")
-	verified := s.call("POST", fmt.Sprintf("/api/v1/domains/%d/verify", id), nil, 200)
-	if verified["domain"].(map[string]any)["status"] != "verified" {
-		t.Fatalf("after verify: %v", verified)
+	verified := api.verify(id)
+	if verified.Domain.Status != "verified" {
+		t.Fatalf("after verify: %+v", verified)
 	}
-	for _, r := range verified["dns_records"].([]any) {
-		rec := r.(map[string]any)
-		if rec["status"] != "verified" || rec["checked_at"] == nil || len(rec["observed"].([]any)) == 0 {
-			t.Fatalf("record after verify: %v", rec)
+	for _, rec := range verified.DNSRecords {
+		if rec.Status != "verified" || rec.CheckedAt == nil || len(rec.Observed) == 0 {
+			t.Fatalf("record after verify: %+v", rec)
 		}
 	}
 
@@ -96,8 +95,8 @@ func TestDomainOnboardingEndToEnd(t *testing.T) {
 	recordHistory(t, "../../workflows/onboarding/testdata/onboarding-v2-verified-by-update.json", history)
 
 	// A second domain whose records never appear: failed when the window closes.
-	other := s.call("POST", "/api/v1/domains", map[string]any{"domain": "other.example", "mailfrom_subdomain": "bounce.other.example"}, 201)
-	otherID := int64(other["domain"].(map[string]any)["id"].(float64))
+	other := api.addDomain("other.example", "bounce.other.example")
+	otherID := other.Domain.ID
 	var failed onboarding.Result
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel2()
@@ -108,19 +107,18 @@ func TestDomainOnboardingEndToEnd(t *testing.T) {
 	failedHistory := s.historyJSON(onboarding.WorkflowID(otherID), firstRun.GetRunID())
 	assertNoKeyMaterial(t, s, otherID, failedHistory)
 	recordHistory(t, "../../workflows/onboarding/testdata/onboarding-v2-failed.json", failedHistory)
-	if st := s.call("GET", fmt.Sprintf("/api/v1/domains/%d/dns-records", otherID), nil, 200)["domain"].(map[string]any)["status"]; st != "failed" {
+	if st := api.dnsRecords(otherID).Domain.Status; st != "failed" {
 		t.Fatalf("status after the window: %v", st)
 	}
 
 	// Its records appear late; Verify opens a new window and verifies at once.
-	otherToken := strings.SplitN(other["dns_records"].([]any)[0].(map[string]any)["name"].(string), "-", 2)[0]
+	otherToken := strings.SplitN(other.DNSRecords[0].Name, "-", 2)[0]
 	s.customer.Add(t, otherToken+"-1._domainkey.other.example. 300 IN CNAME "+otherToken+"-1.dkim.mailyard.test.")
 	s.customer.Add(t, otherToken+"-2._domainkey.other.example. 300 IN CNAME "+otherToken+"-2.dkim.mailyard.test.")
 	s.customer.Add(t, `bounce.other.example. 300 IN TXT "v=spf1 ip4:192.0.2.1 include:spf.mailyard.test -all"`)
 	s.customer.Add(t, "bounce.other.example. 300 IN MX 10 bounces.mailyard.test.")
-	again := s.call("POST", fmt.Sprintf("/api/v1/domains/%d/verify", otherID), nil, 200)
-	if again["domain"].(map[string]any)["status"] != "verified" {
-		t.Fatalf("verify on a failed domain: %v", again)
+	if again := api.verify(otherID); again.Domain.Status != "verified" {
+		t.Fatalf("verify on a failed domain: %+v", again)
 	}
 	secondRun := s.temporalC.GetWorkflow(ctx2, onboarding.WorkflowID(otherID), "")
 	if secondRun.GetRunID() == firstRun.GetRunID() {
@@ -134,9 +132,8 @@ func TestDomainOnboardingEndToEnd(t *testing.T) {
 	recordHistory(t, "../../workflows/onboarding/testdata/onboarding-v2-new-window.json", secondHistory)
 
 	// A verified domain has no run; Verify checks directly and still answers.
-	direct := s.call("POST", fmt.Sprintf("/api/v1/domains/%d/verify", id), nil, 200)
-	if direct["domain"].(map[string]any)["status"] != "verified" {
-		t.Fatalf("direct verify: %v", direct)
+	if direct := api.verify(id); direct.Domain.Status != "verified" {
+		t.Fatalf("direct verify: %+v", direct)
 	}
 }
 

@@ -81,21 +81,22 @@ func (r *finalsReceiver) count() int {
 func TestWorkerKilledMidEmails(t *testing.T) {
 	const emails, killAt = 100, 20
 	mx := startMX(t)
-	s := startStack(t, append(mx.env(),
+	s := startStack(t, topology{env: append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
 		// A hundred sends and a hundred reads in a few seconds.
 		"MAILYARD_RATE_LIMIT=100000/s",
-	)...)
+	)})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	mx.route(t, s.customer)
 	rcv := newFinalsReceiver()
 	hook := httptest.NewServer(rcv)
 	t.Cleanup(hook.Close)
-	s.call("POST", "/api/v1/webhooks", map[string]any{"url": hook.URL + "/hooks", "event_types": []string{"delivered", "bounced"}}, 201)
+	api := s.api()
+	api.createWebhook(hook.URL+"/hooks", "delivered", "bounced")
 	id, _, _ := verifiedDomain(t, s, "shop.example")
-	sendKey := s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": id, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
+	sender := api.as(api.sendKey(id))
 
 	// The server takes 20 to 50 ms over each message, so that several are
 	// in flight at any time; the killAt-th message is kept but its 250
@@ -137,7 +138,7 @@ func TestWorkerKilledMidEmails(t *testing.T) {
 		if i%2 == 0 {
 			body["cc"] = fmt.Sprintf("c%d@rcpt.example", i)
 		}
-		emailID := s.callAs(sendKey, "POST", "/api/v1/emails", body, 202)["email"].(map[string]any)["id"].(string)
+		emailID := sender.send(body).ID
 		ids = append(ids, emailID)
 		recipients[to] = emailID
 		if cc, ok := body["cc"].(string); ok {
@@ -167,13 +168,13 @@ func TestWorkerKilledMidEmails(t *testing.T) {
 	})
 	t.Logf("every email sent %s after the kill", time.Since(killedAt).Round(time.Second))
 	for _, emailID := range ids {
-		e := s.callAs(sendKey, "GET", "/api/v1/emails/"+emailID, nil, 200)["email"].(map[string]any)
-		if e["status"] != "sent" {
-			t.Fatalf("email %v", e)
+		e := sender.email(emailID)
+		if e.Status != "sent" {
+			t.Fatalf("email %+v", e)
 		}
-		for _, r := range e["recipients"].([]any) {
-			if r := r.(map[string]any); r["status"] != "delivered" {
-				t.Fatalf("email %s: recipient %v", emailID, r)
+		for _, r := range e.Recipients {
+			if r.Status != "delivered" {
+				t.Fatalf("email %s: recipient %+v", emailID, r)
 			}
 		}
 	}
@@ -229,22 +230,21 @@ func TestWorkerKilledMidEmails(t *testing.T) {
 	}
 	rcv.mu.Unlock()
 
-	today := time.Now().UTC().Format("2006-01-02")
-	stats := s.call("GET", "/api/v1/stats?start="+today+"&end="+today, nil, 200)["totals"].(map[string]any)
-	n := float64(len(recipients))
-	for counter, want := range map[string]float64{"accepted": n, "delivered": n, "bounced": 0, "deferred": 0} {
-		if stats[counter] != want {
-			t.Fatalf("stats %s = %v, want %v (%v)", counter, stats[counter], want, stats)
+	stats := api.statsOn(today())
+	n := int64(len(recipients))
+	for counter, got := range map[string][2]int64{"accepted": {stats.Accepted, n}, "delivered": {stats.Delivered, n}, "bounced": {stats.Bounced, 0}, "deferred": {stats.Deferred, 0}} {
+		if got[0] != got[1] {
+			t.Fatalf("stats %s = %d, want %d (%+v)", counter, got[0], got[1], stats)
 		}
 	}
 }
 
-// startStackInProcess is startStack with the api and the worker running in
-// the test process (`mailyard dns` stays a process): the API then starts
-// emails on schedule, which no environment variable can shorten.
-func startStackInProcess(t *testing.T, schedule []time.Duration, extraEnv ...string) *stack {
+// runInProcess runs the api and the worker in the test process (for
+// startStack's topology.inProcess): the API then starts emails on schedule,
+// which no environment variable can shorten.
+func (s *stack) runInProcess(schedule []time.Duration) {
+	t := s.t
 	t.Helper()
-	s := prepareStack(t, extraEnv...)
 	vars := map[string]string{}
 	for _, kv := range s.env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -297,8 +297,6 @@ func startStackInProcess(t *testing.T, schedule []time.Duration, extraEnv ...str
 			t.Logf("output of the api and the worker:\n%s", output.String())
 		}
 	})
-	s.startDNS()
-	return s
 }
 
 // An email's content and signed message are erased once the retention time
@@ -309,41 +307,42 @@ func startStackInProcess(t *testing.T, schedule []time.Duration, extraEnv ...str
 func TestEmailRetentionAndDomainDeletion(t *testing.T) {
 	mx := startMX(t)
 	const retention = 3 * time.Second
-	s := startStackInProcess(t, []time.Duration{0, 3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second},
-		append(mx.env(),
+	s := startStack(t, topology{
+		inProcess: []time.Duration{0, 3 * time.Second, 3 * time.Second, 3 * time.Second, 3 * time.Second},
+		env: append(mx.env(),
 			"MAILYARD_VERIFY_SCHEDULE=1s/60s",
 			"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 			"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
 			"MAILYARD_EMAIL_RETENTION="+retention.String(),
-		)...)
+		),
+	})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	mx.route(t, s.customer)
 	rcv := &eventReceiver{}
 	hook := httptest.NewServer(rcv)
 	t.Cleanup(hook.Close)
-	s.call("POST", "/api/v1/webhooks", map[string]any{"url": hook.URL + "/hooks", "event_types": []string{"delivered", "bounced"}}, 201)
+	api := s.api()
+	api.createWebhook(hook.URL+"/hooks", "delivered", "bounced")
 	domainID, _, _ := verifiedDomain(t, s, "shop.example")
-	sendKey := s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": domainID, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
+	sender := api.as(api.sendKey(domainID))
 	send := func(to string) string {
-		return s.callAs(sendKey, "POST", "/api/v1/emails", map[string]any{
+		return sender.send(map[string]any{
 			"from": "billing@shop.example", "to": to, "subject": "Invoice", "text": "Thank you.",
-		}, 202)["email"].(map[string]any)["id"].(string)
+		}).ID
 	}
-	email := func(id string) map[string]any {
-		return s.call("GET", "/api/v1/emails/"+id, nil, 200)["email"].(map[string]any)
-	}
+	email := api.email
 	delivered, deferred := send("ok@rcpt.example"), send("defer@rcpt.example")
 
 	// Domain deletion: the first attempts are made (one delivered, one
 	// deferred); the domain is deleted before the next.
 	testenv.Eventually(t, 30*time.Second, "first attempts", func() bool {
-		return email(delivered)["status"] == "sent" && email(deferred)["recipients"].([]any)[0].(map[string]any)["status"] == "deferred"
+		return email(delivered).Status == "sent" && email(deferred).Recipients[0].Status == "deferred"
 	})
-	s.call("DELETE", fmt.Sprintf("/api/v1/domains/%d", domainID), nil, 200)
-	testenv.Eventually(t, 30*time.Second, "email of the deleted domain ends", func() bool { return email(deferred)["status"] == "sent" })
-	r := email(deferred)["recipients"].([]any)[0].(map[string]any)
-	if r["status"] != "bounced" || r["attempts"] != float64(1) || r["last_response"] != "not sent: domain_deleted" {
-		t.Fatalf("recipient of the deleted domain's email: %v", r)
+	api.deleteDomain(domainID)
+	testenv.Eventually(t, 30*time.Second, "email of the deleted domain ends", func() bool { return email(deferred).Status == "sent" })
+	r := email(deferred).Recipients[0]
+	if r.Status != "bounced" || r.Attempts != 1 || r.LastResponse == nil || *r.LastResponse != "not sent: domain_deleted" {
+		t.Fatalf("recipient of the deleted domain's email: %+v", r)
 	}
 	mx.mu.Lock()
 	tries := mx.rcpts["defer@rcpt.example"]
@@ -381,8 +380,8 @@ func TestEmailRetentionAndDomainDeletion(t *testing.T) {
 		t.Fatal("the erased email was not delivered once")
 	}
 	e := email(delivered)
-	if e["status"] != "sent" || e["subject"] != "Invoice" || e["recipients"].([]any)[0].(map[string]any)["status"] != "delivered" {
-		t.Fatalf("the envelope of an erased email: %v", e)
+	if e.Status != "sent" || e.Subject != "Invoice" || e.Recipients[0].Status != "delivered" {
+		t.Fatalf("the envelope of an erased email: %+v", e)
 	}
 
 	testenv.Eventually(t, 30*time.Second, "two events", func() bool { return len(rcv.all()) >= 2 })
@@ -407,7 +406,7 @@ func TestEmailRetentionAndDomainDeletion(t *testing.T) {
 		}
 	}
 	// Nothing was wrong with the address: it is not suppressed.
-	if sups := s.call("GET", "/api/v1/suppressions", nil, 200)["suppressions"].([]any); len(sups) != 0 {
+	if sups := api.suppressions(); len(sups) != 0 {
 		t.Fatalf("suppressions %v", sups)
 	}
 }

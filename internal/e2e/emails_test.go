@@ -166,25 +166,26 @@ func (r *eventReceiver) all() []map[string]any {
 // customer's CNAME, before and after a DKIM rotation.
 func TestSendEmailEndToEnd(t *testing.T) {
 	mx := startMX(t)
-	s := startStack(t, append(mx.env(),
+	s := startStack(t, topology{env: append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
 		"MAILYARD_DKIM_RECHECK=1s",
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
-	)...)
+	)})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	mx.route(t, s.customer)
 
 	rcv := &eventReceiver{}
 	hook := httptest.NewServer(rcv)
 	t.Cleanup(hook.Close)
-	s.call("POST", "/api/v1/webhooks", map[string]any{"url": hook.URL + "/hooks", "event_types": []string{"delivered", "bounced"}}, 201)
+	api := s.api()
+	api.createWebhook(hook.URL+"/hooks", "delivered", "bounced")
 
 	id, sel1, _ := verifiedDomain(t, s, "shop.example")
-	sendKey := s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": id, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
+	sender := api.as(api.sendKey(id))
 
 	const subject = "Your invoice 42 — Ünïcode"
-	queued := s.callAs(sendKey, "POST", "/api/v1/emails", map[string]any{
+	queued := sender.send(map[string]any{
 		"from":    "Shop Billing <billing@shop.example>",
 		"to":      []string{"ok@rcpt.example", "Reject Me <reject@rcpt.example>"},
 		"cc":      "later@rcpt.example",
@@ -196,35 +197,34 @@ func TestSendEmailEndToEnd(t *testing.T) {
 		"attachments": []map[string]string{
 			{"filename": "invoice.txt", "content": "SW52b2ljZSA0Mgo=", "content_type": "text/plain"},
 		},
-	}, 202)["email"].(map[string]any)
-	emailID := queued["id"].(string)
-	if queued["status"] != "queued" {
-		t.Fatalf("queued answer %v", queued)
+	})
+	emailID := queued.ID
+	if queued.Status != "queued" {
+		t.Fatalf("queued answer %+v", queued)
 	}
 
 	// The 451 is retried on the schedule's second step (1 minute ±20 %).
-	var got map[string]any
+	var got Email
 	testenv.Eventually(t, 3*time.Minute, "email sent", func() bool {
-		got = s.callAs(sendKey, "GET", "/api/v1/emails/"+emailID, nil, 200)["email"].(map[string]any)
-		return got["status"] == "sent"
+		got = sender.email(emailID)
+		return got.Status == "sent"
 	})
 	want := map[string]struct {
 		status   string
-		attempts float64
+		attempts int
 	}{
 		"ok@rcpt.example": {"delivered", 1}, "reject@rcpt.example": {"bounced", 1},
 		"later@rcpt.example": {"delivered", 2}, "hidden@rcpt.example": {"delivered", 1},
 	}
-	for _, r := range got["recipients"].([]any) {
-		r := r.(map[string]any)
-		w, ok := want[r["email"].(string)]
-		if !ok || r["status"] != w.status || r["attempts"] != w.attempts {
-			t.Fatalf("recipient %v, want %+v", r, w)
+	for _, r := range got.Recipients {
+		w, ok := want[r.Email]
+		if !ok || r.Status != w.status || r.Attempts != w.attempts {
+			t.Fatalf("recipient %+v, want %+v", r, w)
 		}
-		delete(want, r["email"].(string))
+		delete(want, r.Email)
 	}
-	if len(want) != 0 || got["subject"] != subject || got["from"] != "Shop Billing <billing@shop.example>" {
-		t.Fatalf("email %v (missing recipients %v)", got, want)
+	if len(want) != 0 || got.Subject != subject || got.From != "Shop Billing <billing@shop.example>" {
+		t.Fatalf("email %+v (missing recipients %v)", got, want)
 	}
 
 	// Every delivered recipient got the same bytes: one message, signed once.
@@ -278,19 +278,19 @@ func TestSendEmailEndToEnd(t *testing.T) {
 	}
 
 	// The hard bounce is suppressed: the next email sends nothing to it.
-	sups := s.call("GET", "/api/v1/suppressions", nil, 200)["suppressions"].([]any)
-	if len(sups) != 1 || sups[0].(map[string]any)["email"] != "reject@rcpt.example" || sups[0].(map[string]any)["reason"] != "hard_bounce" {
-		t.Fatalf("suppressions %v", sups)
+	sups := api.suppressions()
+	if len(sups) != 1 || sups[0].Email != "reject@rcpt.example" || sups[0].Reason != "hard_bounce" {
+		t.Fatalf("suppressions %+v", sups)
 	}
-	second := s.callAs(sendKey, "POST", "/api/v1/emails", map[string]any{
+	second := sender.send(map[string]any{
 		"from": "billing@shop.example", "to": "reject@rcpt.example", "subject": "Again", "text": "Hello again.",
-	}, 202)["email"].(map[string]any)["id"].(string)
+	}).ID
 	testenv.Eventually(t, 30*time.Second, "second email sent", func() bool {
-		got = s.callAs(sendKey, "GET", "/api/v1/emails/"+second, nil, 200)["email"].(map[string]any)
-		return got["status"] == "sent"
+		got = sender.email(second)
+		return got.Status == "sent"
 	})
-	if r := got["recipients"].([]any)[0].(map[string]any); r["status"] != "suppressed" || r["attempts"] != float64(0) {
-		t.Fatalf("suppressed recipient %v", r)
+	if r := got.Recipients[0]; r.Status != "suppressed" || r.Attempts != 0 {
+		t.Fatalf("suppressed recipient %+v", r)
 	}
 	mx.mu.Lock()
 	rejectTries := mx.rcpts["reject@rcpt.example"]
@@ -304,20 +304,18 @@ func TestSendEmailEndToEnd(t *testing.T) {
 	}
 
 	// The day's statistics, per recipient.
-	today := time.Now().UTC().Format("2006-01-02")
-	stats := s.call("GET", "/api/v1/stats?start="+today+"&end="+today, nil, 200)["totals"].(map[string]any)
-	for counter, n := range map[string]float64{"accepted": 5, "delivered": 3, "bounced": 2, "deferred": 1} {
-		if stats[counter] != n {
-			t.Fatalf("stats %s = %v, want %v (%v)", counter, stats[counter], n, stats)
+	stats := api.statsOn(today())
+	for counter, n := range map[string][2]int64{"accepted": {stats.Accepted, 5}, "delivered": {stats.Delivered, 3}, "bounced": {stats.Bounced, 2}, "deferred": {stats.Deferred, 1}} {
+		if n[0] != n[1] {
+			t.Fatalf("stats %s = %d, want %d (%+v)", counter, n[0], n[1], stats)
 		}
 	}
 
 	// Mail signed before a rotation still verifies after it: the old
 	// selector keeps its key for the retain time.
-	s.call("POST", fmt.Sprintf("/api/v1/domains/%d/dkim/rotate", id), nil, 202)
+	api.rotate(id)
 	testenv.Eventually(t, 60*time.Second, "rotated", func() bool {
-		d := s.call("GET", fmt.Sprintf("/api/v1/domains/%d", id), nil, 200)["domain"].(map[string]any)
-		return d["dkim"].(map[string]any)["active_selector"] != sel1
+		return api.domain(id).DKIM.ActiveSelector != sel1
 	})
 	assertDKIM(t, s, signed, "shop.example", sel1)
 
@@ -346,16 +344,17 @@ func TestSendEmailEndToEnd(t *testing.T) {
 // for verification. It returns the domain's id and its two selectors.
 func verifiedDomain(t *testing.T, s *stack, name string) (int64, string, string) {
 	t.Helper()
-	added := s.call("POST", "/api/v1/domains", map[string]any{"domain": name}, 201)
-	id := int64(added["domain"].(map[string]any)["id"].(float64))
-	token := strings.TrimSuffix(added["dns_records"].([]any)[0].(map[string]any)["value"].(string), "-1.dkim.mailyard.test")
+	api := s.api()
+	added := api.addDomain(name, "")
+	id := added.Domain.ID
+	token := strings.TrimSuffix(added.DNSRecords[0].Value, "-1.dkim.mailyard.test")
 	sel1, sel2 := token+"-1", token+"-2"
 	s.customer.Add(t, sel1+"._domainkey."+name+". 300 IN CNAME "+sel1+".dkim.mailyard.test.")
 	s.customer.Add(t, sel2+"._domainkey."+name+". 300 IN CNAME "+sel2+".dkim.mailyard.test.")
 	s.customer.Add(t, `mail.`+name+`. 300 IN TXT "v=spf1 include:spf.mailyard.test ~all"`)
 	s.customer.Add(t, "mail."+name+". 300 IN MX 10 bounces.mailyard.test.")
 	testenv.Eventually(t, 60*time.Second, name+" verified", func() bool {
-		return s.call("GET", fmt.Sprintf("/api/v1/domains/%d", id), nil, 200)["domain"].(map[string]any)["status"] == "verified"
+		return api.domain(id).Status == "verified"
 	})
 	return id, sel1, sel2
 }
@@ -395,13 +394,4 @@ func assertDKIM(t *testing.T, s *stack, msg []byte, domain, selector string) {
 	if !strings.Contains(string(msg), "s="+selector+";") {
 		t.Fatalf("signed with another selector than %s", selector)
 	}
-}
-
-// callAs is call with another key than the admin key.
-func (s *stack) callAs(key, method, path string, body any, wantStatus int) map[string]any {
-	s.t.Helper()
-	admin := s.adminKey
-	s.adminKey = key
-	defer func() { s.adminKey = admin }()
-	return s.call(method, path, body, wantStatus)
 }

@@ -31,15 +31,15 @@ import (
 func TestFaultBINDStoppedDuringLifecycle(t *testing.T) {
 	const zone = "dkim.mailyard.test"
 	bind := testenv.StartBIND(t, zone)
-	s := startStack(t,
+	s := startStack(t, topology{env: []string{
 		"MAILYARD_DNS_PUBLISHER=rfc2136",
-		"MAILYARD_RFC2136_SERVER="+bind.Addr,
-		"MAILYARD_RFC2136_TSIG="+bind.UpdateKey,
-		"MAILYARD_DKIM_HOST="+zone,
+		"MAILYARD_RFC2136_SERVER=" + bind.Addr,
+		"MAILYARD_RFC2136_TSIG=" + bind.UpdateKey,
+		"MAILYARD_DKIM_HOST=" + zone,
 		"MAILYARD_VERIFY_SCHEDULE=1s/180s",
 		"MAILYARD_DKIM_RETAIN=6s",
 		"MAILYARD_DKIM_RECHECK=1s",
-	)
+	}})
 	// The customer's CNAMEs lead into BIND's zone, as the world would see it.
 	s.customer.Forward(zone, bind.Addr)
 	st := testenv.OpenStore(t, s.databaseURL)
@@ -60,14 +60,14 @@ func TestFaultBINDStoppedDuringLifecycle(t *testing.T) {
 	// Onboarding with BIND down: the domain is added, the publication is
 	// retried, and the keys reach BIND once it is back.
 	bind.Stop()
-	added := s.call("POST", "/api/v1/domains", map[string]any{"domain": "shop.example"}, 201)
-	id := int64(added["domain"].(map[string]any)["id"].(float64))
-	token := strings.TrimSuffix(added["dns_records"].([]any)[0].(map[string]any)["value"].(string), "-1."+zone)
+	api := s.api()
+	added := api.addDomain("shop.example", "")
+	id := added.Domain.ID
+	token := strings.TrimSuffix(added.DNSRecords[0].Value, "-1."+zone)
 	sel1, sel2 := token+"-1", token+"-2"
 	failure := s.waitActivityRetrying(onboarding.WorkflowID(id), onboarding.PublishKeysActivity, 60*time.Second)
 	t.Logf("onboarding's publication fails while BIND is down: %s", failure)
-	path := fmt.Sprintf("/api/v1/domains/%d", id)
-	if st := s.call("GET", path, nil, 200)["domain"].(map[string]any)["status"]; st != "pending" {
+	if st := api.domain(id).Status; st != "pending" {
 		t.Fatalf("domain while BIND is down: %v", st)
 	}
 	bind.Start()
@@ -84,27 +84,24 @@ func TestFaultBINDStoppedDuringLifecycle(t *testing.T) {
 	s.customer.Add(t, `mail.shop.example. 300 IN TXT "v=spf1 include:spf.mailyard.test ~all"`)
 	s.customer.Add(t, "mail.shop.example. 300 IN MX 10 bounces.mailyard.test.")
 	testenv.Eventually(t, 60*time.Second, "domain verified", func() bool {
-		return s.call("GET", path, nil, 200)["domain"].(map[string]any)["status"] == "verified"
+		return api.domain(id).Status == "verified"
 	})
 
 	// Rotation: BIND stopped once the keys have switched, so the replacement
 	// of the retired key finds it down.
-	s.call("POST", path+"/dkim/rotate", nil, 202)
+	api.rotate(id)
 	testenv.Eventually(t, 60*time.Second, "switched to selector 2", func() bool {
-		dkim := s.call("GET", path, nil, 200)["domain"].(map[string]any)["dkim"].(map[string]any)
-		return dkim["active_selector"] == sel2
+		return api.domain(id).DKIM.ActiveSelector == sel2
 	})
 	bind.Stop()
 	failure = s.waitActivityRetrying(rotation.WorkflowID(id), rotation.ReplaceActivity, 60*time.Second)
 	t.Logf("the replacement fails while BIND is down: %s", failure)
-	rot := s.call("GET", path, nil, 200)["domain"].(map[string]any)["dkim"].(map[string]any)["rotation"].(map[string]any)
-	if rot["in_progress"] != true {
-		t.Fatalf("rotation while its replacement fails: %v", rot)
+	if rot := api.domain(id).DKIM.Rotation; !rot.InProgress {
+		t.Fatalf("rotation while its replacement fails: %+v", rot)
 	}
 	bind.Start()
 	testenv.Eventually(t, 90*time.Second, "rotation done", func() bool {
-		rot := s.call("GET", path, nil, 200)["domain"].(map[string]any)["dkim"].(map[string]any)["rotation"].(map[string]any)
-		return rot["in_progress"] == false
+		return !api.domain(id).DKIM.Rotation.InProgress
 	})
 	if k := keyIs(id, store.DKIMActive); k.Selector != sel2 {
 		t.Fatalf("active selector after the rotation: %s", k.Selector)
@@ -114,7 +111,7 @@ func TestFaultBINDStoppedDuringLifecycle(t *testing.T) {
 	}
 
 	// Deletion: BIND down when the keys are to leave DNS after the retain time.
-	s.call("DELETE", path, nil, 200)
+	api.deleteDomain(id)
 	bind.Stop()
 	failure = s.waitActivityRetrying(deletion.WorkflowID(id), deletion.UnpublishActivity, 60*time.Second)
 	t.Logf("the removal fails while BIND is down: %s", failure)
@@ -155,11 +152,11 @@ func TestFaultWebhookReceiversHang(t *testing.T) {
 	trickle := startBadReceiver(t, "", "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
 	// Acknowledges at once, then sends its body a byte a second.
 	slowBody := startBadReceiver(t, "HTTP/1.1 200 OK\r\nContent-Length: 40\r\nConnection: close\r\n\r\n", "acknowledged, and slowly saying so......")
-	s := startStack(t,
+	s := startStack(t, topology{env: []string{
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
-		"SSL_CERT_FILE="+caFile,
-	)
+		"SSL_CERT_FILE=" + caFile,
+	}})
 	ctx := context.Background()
 	st := testenv.OpenStore(t, s.databaseURL)
 	org, err := st.OrganizationByName(ctx, "acme")
@@ -170,11 +167,11 @@ func TestFaultWebhookReceiversHang(t *testing.T) {
 		t.Fatal(err)
 	}
 	hook := func(url string) int64 {
-		created := s.call("POST", "/api/v1/webhooks", map[string]any{"url": url, "event_types": []string{"delivered"}}, 201)
+		created := s.api().createWebhook(url, "delivered")
 		if strings.HasPrefix(url, "https:") {
-			healthy.secret = created["signing_secret"].(string)
+			healthy.secret = created.SigningSecret
 		}
-		return int64(created["webhook"].(map[string]any)["id"].(float64))
+		return created.Webhook.ID
 	}
 	silentID, trickleID, slowBodyID, healthyID := hook(silent.URL), hook(trickle.URL), hook(slowBody.URL), hook(healthy.URL+"/hook")
 
@@ -262,43 +259,39 @@ func TestFaultWebhookReceiversHang(t *testing.T) {
 	// about 5 s after the first ended; still pending, its next attempt
 	// scheduled.
 	for name, webhookID := range map[string]int64{"silent": silentID, "trickling": trickleID} {
-		var deliveries []any
+		var deliveries []Delivery
 		testenv.Eventually(t, 90*time.Second, name+" deliveries with two attempts", func() bool {
-			deliveries = s.call("GET", fmt.Sprintf("/api/v1/webhooks/%d/deliveries?limit=100", webhookID), nil, 200)["deliveries"].([]any)
+			deliveries = s.api().deliveries(webhookID)
 			if len(deliveries) != events {
 				return false
 			}
 			for _, d := range deliveries {
-				if len(d.(map[string]any)["attempts"].([]any)) < 2 {
+				if len(d.Attempts) < 2 {
 					return false
 				}
 			}
 			return true
 		})
-		for _, d := range deliveries {
-			dl := d.(map[string]any)
-			attempts := dl["attempts"].([]any)
-			if dl["status"] != "pending" || len(attempts) != 2 || !want[dl["id"].(string)] {
-				t.Fatalf("%s delivery: %v", name, dl)
+		for _, dl := range deliveries {
+			attempts := dl.Attempts
+			if dl.Status != "pending" || len(attempts) != 2 || !want[dl.ID] {
+				t.Fatalf("%s delivery: %+v", name, dl)
 			}
 			var times []time.Time
-			for _, a := range attempts {
-				at := a.(map[string]any)
-				msg, _ := at["error"].(string)
-				ms := at["duration_ms"].(float64)
-				if at["status_code"] != nil || msg != "timed out after 15s" || ms < 15000 || ms > 17000 {
-					t.Fatalf("%s attempt: %v", name, at)
+			for _, at := range attempts {
+				ms := at.DurationMS
+				if at.StatusCode != nil || deref(at.Error) != "timed out after 15s" || ms < 15000 || ms > 17000 {
+					t.Fatalf("%s attempt: %+v", name, at)
 				}
-				ts, _ := time.Parse(time.RFC3339Nano, at["attempted_at"].(string))
-				times = append(times, ts)
+				times = append(times, at.AttemptedAt)
 			}
 			// Newest first or oldest first: the gap is the same.
 			if gap := times[0].Sub(times[1]).Abs(); gap < 18*time.Second || gap > 30*time.Second {
-				t.Fatalf("%s delivery %s: attempts %s apart, want 15 s + 5 s ± 20 %%", name, dl["id"], gap)
+				t.Fatalf("%s delivery %s: attempts %s apart, want 15 s + 5 s ± 20 %%", name, dl.ID, gap)
 			}
-			desc, err := s.temporalC.DescribeWorkflowExecution(ctx, "webhook-delivery:"+dl["id"].(string), "")
+			desc, err := s.temporalC.DescribeWorkflowExecution(ctx, "webhook-delivery:"+dl.ID, "")
 			if err != nil || desc.WorkflowExecutionInfo.Status.String() != "Running" {
-				t.Fatalf("%s delivery %s: workflow %v %v", name, dl["id"], desc, err)
+				t.Fatalf("%s delivery %s: workflow %v %v", name, dl.ID, desc, err)
 			}
 		}
 	}
@@ -311,20 +304,19 @@ func TestFaultWebhookReceiversHang(t *testing.T) {
 	}
 	// The receiver that acknowledged with its status line in time has the
 	// delivery: the attempt still ends at 15 s, keeping what of the body came.
-	slow := s.call("GET", fmt.Sprintf("/api/v1/webhooks/%d/deliveries?limit=100", slowBodyID), nil, 200)["deliveries"].([]any)
+	slow := s.api().deliveries(slowBodyID)
 	if len(slow) != events {
 		t.Fatalf("%d deliveries to the slow-body receiver, want %d", len(slow), events)
 	}
-	for _, d := range slow {
-		dl := d.(map[string]any)
-		attempts := dl["attempts"].([]any)
-		if dl["status"] != "delivered" || len(attempts) != 1 {
-			t.Fatalf("delivery acknowledged with a slow body: %v", dl)
+	for _, dl := range slow {
+		attempts := dl.Attempts
+		if dl.Status != "delivered" || len(attempts) != 1 {
+			t.Fatalf("delivery acknowledged with a slow body: %+v", dl)
 		}
-		at := attempts[0].(map[string]any)
-		if ms := at["duration_ms"].(float64); at["status_code"] != float64(200) || at["error"] != nil || ms < 15000 || ms > 17000 ||
-			!strings.HasPrefix("acknowledged, and slowly saying so......", at["response_body"].(string)) {
-			t.Fatalf("attempt acknowledged with a slow body: %v", at)
+		at := attempts[0]
+		if ms := at.DurationMS; at.StatusCode == nil || *at.StatusCode != 200 || at.Error != nil || ms < 15000 || ms > 17000 ||
+			!strings.HasPrefix("acknowledged, and slowly saying so......", at.ResponseBody) {
+			t.Fatalf("attempt acknowledged with a slow body: %+v", at)
 		}
 	}
 	for id, n := range slowBody.seen(t) {
@@ -332,10 +324,9 @@ func TestFaultWebhookReceiversHang(t *testing.T) {
 			t.Fatalf("slow-body receiver: delivery %s arrived %d times, want 1", id, n)
 		}
 	}
-	for _, d := range s.call("GET", fmt.Sprintf("/api/v1/webhooks/%d/deliveries?limit=100", healthyID), nil, 200)["deliveries"].([]any) {
-		dl := d.(map[string]any)
-		if dl["status"] != "delivered" || len(dl["attempts"].([]any)) != 1 {
-			t.Fatalf("healthy delivery: %v", dl)
+	for _, dl := range s.api().deliveries(healthyID) {
+		if dl.Status != "delivered" || len(dl.Attempts) != 1 {
+			t.Fatalf("healthy delivery: %+v", dl)
 		}
 	}
 }
@@ -349,7 +340,9 @@ func TestFaultWebhookReceiversHang(t *testing.T) {
 func TestFaultAPIKilledMidIdempotentPOSTs(t *testing.T) {
 	const orgs, perOrg, senders = 5, 18, 15 // 18: under the 20 webhooks an organization may have
 	// The rate limit is not under test: no 429 may stand for a cut request.
-	s := prepareStack(t, "MAILYARD_WEBHOOK_ALLOW_HTTP=true", "MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true", "MAILYARD_RATE_LIMIT=off")
+	// Two api processes of the test's own (startAPI below), one to kill.
+	s := startStack(t, topology{noAPI: true, noWorker: true, noDNS: true,
+		env: []string{"MAILYARD_WEBHOOK_ALLOW_HTTP=true", "MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true", "MAILYARD_RATE_LIMIT=off"}})
 	apiKeys := []string{s.adminKey}
 	for i := 1; i < orgs; i++ {
 		key := regexp.MustCompile(`myk_[0-9A-Za-z]+`).FindString(s.run("org", "create", fmt.Sprintf("org%d", i)))
@@ -408,7 +401,7 @@ func TestFaultAPIKilledMidIdempotentPOSTs(t *testing.T) {
 				if i%2 == 0 {
 					url = doomedURL
 				}
-				if a, err := postWithKey(url, r.apiKey, "/api/v1/webhooks", r.key, r.body); err == nil {
+				if a, err := clientAt(t, url, r.apiKey).postWithKey("/api/v1/webhooks", r.key, r.body); err == nil {
 					first[i] = &a
 				}
 				answered.Add(1)
@@ -450,7 +443,7 @@ func TestFaultAPIKilledMidIdempotentPOSTs(t *testing.T) {
 			url = newURL
 		}
 		for {
-			a, err := postWithKey(url, r.apiKey, "/api/v1/webhooks", r.key, r.body)
+			a, err := clientAt(t, url, r.apiKey).postWithKey("/api/v1/webhooks", r.key, r.body)
 			if err != nil {
 				t.Errorf("retry %d: %v", i, err)
 				return
@@ -486,15 +479,13 @@ func TestFaultAPIKilledMidIdempotentPOSTs(t *testing.T) {
 	// One webhook per request: per organization through the API, and by URL
 	// in the store.
 	for o, apiKey := range apiKeys {
-		list := s.on(0)
-		list.apiURL, list.adminKey = survivorURL, apiKey
-		hooks := list.call("GET", "/api/v1/webhooks?limit=100", nil, 200)["webhooks"].([]any)
+		hooks := clientAt(t, survivorURL, apiKey).webhooks()
 		if len(hooks) != perOrg {
 			t.Fatalf("organization %d has %d webhooks, want %d", o, len(hooks), perOrg)
 		}
 		ids := map[string]bool{}
 		for _, h := range hooks {
-			ids[fmt.Sprint(int64(h.(map[string]any)["id"].(float64)))] = true
+			ids[fmt.Sprint(h.ID)] = true
 		}
 		for i := range perOrg {
 			if id := final[o*perOrg+i].id; !ids[id] {

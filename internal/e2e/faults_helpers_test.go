@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -154,33 +152,4 @@ func (r *badReceiver) seen(t *testing.T) map[string]int {
 		n[id] = len(bodies)
 	}
 	return n
-}
-
-// keyedAnswer is an API answer to a POST sent with an Idempotency-Key.
-type keyedAnswer struct {
-	status   int
-	body     []byte
-	replayed bool
-}
-
-// postWithKey sends a POST with an Idempotency-Key to one API process; err is
-// a transport error (the process died, say).
-func postWithKey(apiURL, apiKey, path, idempotencyKey string, body any) (keyedAnswer, error) {
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest("POST", apiURL+path, bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+apiKey)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", idempotencyKey)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := http.DefaultClient.Do(req.WithContext(ctx))
-	if err != nil {
-		return keyedAnswer{}, err
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	if err != nil {
-		return keyedAnswer{}, err
-	}
-	return keyedAnswer{status: res.StatusCode, body: raw, replayed: res.Header.Get("Idempotent-Replayed") == "true"}, nil
 }

@@ -40,7 +40,7 @@ func TestFaultTemporalOutage(t *testing.T) {
 	temporal := testenv.StartRealTemporal(t)
 	rcv, caFile := startHookReceiver(t)
 	mx := startMX(t)
-	s := startTopology(t, topology{temporal: temporal.Address, apis: 1, workers: 1, env: infraFaultEnv(mx, caFile)})
+	s := startStack(t, topology{temporal: temporal.Address, apis: 1, workers: 1, env: infraFaultEnv(mx, caFile)})
 	l := startInfraLoad(t, s, rcv, mx, events, emails)
 
 	// The server stops with the first third's deliveries in flight and an
@@ -64,7 +64,7 @@ func TestFaultTemporalOutage(t *testing.T) {
 	probeUnavailable(t, "send email", l.sendRequest("probe@rcpt.example"), 30*time.Second)
 	l.probeReadiness("temporal", "database")
 	// Reading needs the database only.
-	if got := s.callAs(l.sendKey, "GET", "/api/v1/emails?limit=1", nil, 200)["emails"].([]any); len(got) == 0 {
+	if got := s.api().as(l.sendKey).emails("?limit=1").Emails; len(got) == 0 {
 		t.Fatal("listing emails without Temporal shows none")
 	}
 	testenv.Eventually(t, time.Minute, "senders refused during the outage", func() bool { return l.refused.Load() >= 5 })
@@ -134,10 +134,11 @@ func startInfraLoad(t *testing.T, s *stack, rcv *hookReceiver, mx *mxServer, eve
 			<-released
 		}
 	}
-	l.sendKey = s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": domainID, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
-	created := s.call("POST", "/api/v1/webhooks", map[string]any{"url": rcv.URL + "/hook", "event_types": []string{"delivered", "bounced"}}, 201)
-	rcv.secret = created["signing_secret"].(string)
-	l.webhookID = int64(created["webhook"].(map[string]any)["id"].(float64))
+	api := s.api()
+	l.sendKey = api.sendKey(domainID)
+	created := api.createWebhook(rcv.URL+"/hook", "delivered", "bounced")
+	rcv.secret = created.SigningSecret
+	l.webhookID = created.Webhook.ID
 	return l
 }
 
@@ -200,19 +201,12 @@ func (l *infraLoad) accepted() (int, int) {
 
 // ingestRequest is event i's ingest request.
 func (l *infraLoad) ingestRequest(i int) *http.Request {
-	req, _ := http.NewRequest("POST", "http://"+l.s.internal[0]+"/internal/v1/events", bytes.NewReader(eventBody(i)))
-	req.Header.Set("Authorization", "Bearer e2e-internal-token")
-	req.Header.Set("Content-Type", "application/json")
-	return req
+	return internalAPI(l.t, l.s.internal[0]).ingestRequest(eventBody(i))
 }
 
 // sendRequest is a Send email request to rcpt with the send key.
 func (l *infraLoad) sendRequest(rcpt string) *http.Request {
-	body, _ := json.Marshal(map[string]any{"from": "orders@shop.example", "to": rcpt, "subject": "Probe", "text": "Probe."})
-	req, _ := http.NewRequest("POST", l.s.apiURL+"/api/v1/emails", bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+l.sendKey)
-	req.Header.Set("Content-Type", "application/json")
-	return req
+	return l.s.api().as(l.sendKey).request("POST", "/api/v1/emails", map[string]any{"from": "orders@shop.example", "to": rcpt, "subject": "Probe", "text": "Probe."})
 }
 
 // probeUnavailable sends req and fails the test unless the answer is a 503
@@ -249,8 +243,7 @@ func probeUnavailable(t *testing.T, what string, req *http.Request, limit time.D
 // and only it.
 func (l *infraLoad) probeReadiness(down, up string) {
 	l.t.Helper()
-	req, _ := http.NewRequest("GET", l.s.apiURL+"/readyz", nil)
-	raw := probeUnavailable(l.t, "readyz", req, 30*time.Second)
+	raw := probeUnavailable(l.t, "readyz", l.s.api().request("GET", "/readyz", nil), 30*time.Second)
 	if !bytes.Contains(raw, []byte(`"location":"`+down+`"`)) || bytes.Contains(raw, []byte(`"location":"`+up+`"`)) {
 		l.t.Fatalf("readyz with %s down and %s up: %s", down, up, raw)
 	}
@@ -270,13 +263,13 @@ func (l *infraLoad) check() {
 	if len(l.want) != l.events || len(l.emailIDs) != l.emails {
 		t.Fatalf("accepted %d of %d events and %d of %d emails", len(l.want), l.events, len(l.emailIDs), l.emails)
 	}
-	if got := s.call("GET", "/readyz", nil, 200)["status"]; got != "ok" {
+	if got := s.api().readyz(); got != "ok" {
 		t.Fatalf("readyz after the fault: %v", got)
 	}
 
 	for id := range l.emailIDs {
 		testenv.Eventually(t, 3*time.Minute, "email "+id+" sent", func() bool {
-			return s.callAs(l.sendKey, "GET", "/api/v1/emails/"+id, nil, 200)["email"].(map[string]any)["status"] == "sent"
+			return s.api().as(l.sendKey).email(id).Status == "sent"
 		})
 	}
 	resent := 0
@@ -299,9 +292,9 @@ func (l *infraLoad) check() {
 	if n := len(l.mx.received("probe@rcpt.example")); n != 0 {
 		t.Fatalf("a refused probe email was sent %d times", n)
 	}
-	listed := s.callAs(l.sendKey, "GET", "/api/v1/emails?limit=100", nil, 200)["emails"].([]any)
+	listed := s.api().as(l.sendKey).emails("?limit=100").Emails
 	for _, e := range listed {
-		if id := e.(map[string]any)["id"].(string); !l.emailIDs[id] {
+		if id := e.ID; !l.emailIDs[id] {
 			t.Fatalf("email %s is listed but was never queued: a refused send left it behind", id)
 		}
 	}
@@ -381,11 +374,8 @@ func TestFaultPostgresRestart(t *testing.T) {
 	pg := testenv.StartPostgres(t)
 	rcv, caFile := startHookReceiver(t)
 	mx := startMX(t)
-	s := prepareTopology(t, topology{database: pg.URL, env: infraFaultEnv(mx, caFile)})
-	api := testenv.Start(t, s.env, "api")
-	s.worker = s.startWorker()
-	s.startDNS()
-	processes := map[string]*testenv.Process{"api": api, "worker": s.worker, "dns": s.dns}
+	s := startStack(t, topology{database: pg.URL, env: infraFaultEnv(mx, caFile)})
+	processes := map[string]*testenv.Process{"api": s.apiProc, "worker": s.worker, "dns": s.dns}
 	l := startInfraLoad(t, s, rcv, mx, events, emails)
 
 	first := l.send(0)
@@ -404,9 +394,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 	// At once: a refused connection is not retried.
 	probeUnavailable(t, "ingest", l.ingestRequest(events/3), 5*time.Second)
 	probeUnavailable(t, "send email", l.sendRequest("probe@rcpt.example"), 5*time.Second)
-	list, _ := http.NewRequest("GET", s.apiURL+"/api/v1/emails", nil)
-	list.Header.Set("Authorization", "Bearer "+l.sendKey)
-	probeUnavailable(t, "list emails", list, 5*time.Second)
+	probeUnavailable(t, "list emails", s.api().as(l.sendKey).request("GET", "/api/v1/emails", nil), 5*time.Second)
 	l.probeReadiness("database", "temporal")
 	testenv.Eventually(t, time.Minute, "senders refused during the outage", func() bool { return l.refused.Load() >= 5 })
 	time.Sleep(outage - time.Since(down))

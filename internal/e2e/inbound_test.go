@@ -148,14 +148,14 @@ Hello.
 // nothing there.
 func TestInboundReportsEndToEnd(t *testing.T) {
 	mx := startMX(t)
-	s := startStack(t, append(mx.env(),
+	s := startStack(t, topology{env: append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
 		// Inbound workflows end (erase) within the test, so their whole
 		// histories can be recorded for the replay tests.
 		"MAILYARD_EMAIL_RETENTION=3s",
-	)...)
+	)})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	mx.route(t, s.customer)
 	inboundAddr, inboundMetrics := s.startInbound()
@@ -163,17 +163,18 @@ func TestInboundReportsEndToEnd(t *testing.T) {
 	rcv := &eventReceiver{}
 	hook := httptest.NewServer(rcv)
 	t.Cleanup(hook.Close)
-	s.call("POST", "/api/v1/webhooks", map[string]any{"url": hook.URL + "/hooks", "event_types": []string{"delivered", "bounced", "complained"}}, 201)
+	api := s.api()
+	api.createWebhook(hook.URL+"/hooks", "delivered", "bounced", "complained")
 
 	id, _, _ := verifiedDomain(t, s, "shop.example")
-	sendKey := s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": id, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
+	sender := api.as(api.sendKey(id))
 	send := func(to ...string) (emailID, envelope string) {
 		t.Helper()
-		emailID = s.callAs(sendKey, "POST", "/api/v1/emails", map[string]any{
+		emailID = sender.send(map[string]any{
 			"from": "Shop <billing@shop.example>", "to": to, "subject": "Hello", "text": "Hello.",
-		}, 202)["email"].(map[string]any)["id"].(string)
+		}).ID
 		testenv.Eventually(t, 30*time.Second, "email sent", func() bool {
-			return s.callAs(sendKey, "GET", "/api/v1/emails/"+emailID, nil, 200)["email"].(map[string]any)["status"] == "sent"
+			return sender.email(emailID).Status == "sent"
 		})
 		mx.mu.Lock()
 		defer mx.mu.Unlock()
@@ -240,39 +241,36 @@ func TestInboundReportsEndToEnd(t *testing.T) {
 	}
 
 	// The email: ada@ bounced after delivery, bob@ still delivered.
-	got := s.callAs(sendKey, "GET", "/api/v1/emails/"+first, nil, 200)["email"].(map[string]any)
+	got := sender.email(first)
 	status := map[string]string{}
-	for _, r := range got["recipients"].([]any) {
-		r := r.(map[string]any)
-		status[r["email"].(string)] = r["status"].(string)
+	for _, r := range got.Recipients {
+		status[r.Email] = r.Status
 	}
 	if status["ada@rcpt.example"] != "bounced" || status["bob@rcpt.example"] != "delivered" {
-		t.Fatalf("recipients %v", got["recipients"])
+		t.Fatalf("recipients %+v", got.Recipients)
 	}
 	sups := map[string]string{}
-	for _, x := range s.call("GET", "/api/v1/suppressions", nil, 200)["suppressions"].([]any) {
-		sups[x.(map[string]any)["email"].(string)] = x.(map[string]any)["reason"].(string)
+	for _, x := range api.suppressions() {
+		sups[x.Email] = x.Reason
 	}
 	if sups["ada@rcpt.example"] != "hard_bounce" || sups["bob@rcpt.example"] != "complaint" || len(sups) != 2 {
 		t.Fatalf("suppressions %v", sups)
 	}
-	today := time.Now().UTC().Format("2006-01-02")
-	totals := s.call("GET", "/api/v1/stats?start="+today+"&end="+today, nil, 200)["totals"].(map[string]any)
-	for counter, n := range map[string]float64{"accepted": 2, "delivered": 2, "bounced": 1, "complained": 1} {
-		if totals[counter] != n {
-			t.Fatalf("stats %s = %v, want %v (%v)", counter, totals[counter], n, totals)
+	totals := api.statsOn(today())
+	for counter, n := range map[string][2]int64{"accepted": {totals.Accepted, 2}, "delivered": {totals.Delivered, 2}, "bounced": {totals.Bounced, 1}, "complained": {totals.Complained, 1}} {
+		if n[0] != n[1] {
+			t.Fatalf("stats %s = %d, want %d (%+v)", counter, n[0], n[1], totals)
 		}
 	}
-	listed := s.callAs(sendKey, "GET", "/api/v1/emails/"+first+"/events", nil, 200)["events"].([]any)
+	listed := sender.emailEvents(first)
 	// Oldest first: the deliveries, then the two reports in the order they
 	// were handled (they arrived at once).
 	var types []string
 	var listedBounce map[string]any
 	for _, e := range listed {
-		e := e.(map[string]any)
-		types = append(types, e["event_type"].(string))
-		if e["event_type"] == "bounced" {
-			listedBounce = e["data"].(map[string]any)
+		types = append(types, e.EventType)
+		if e.EventType == "bounced" {
+			listedBounce = e.Data
 		}
 	}
 	if !slices.Equal(types[:2], []string{"delivered", "delivered"}) || !slices.Equal(slices.Sorted(slices.Values(types[2:])), []string{"bounced", "complained"}) {
@@ -289,12 +287,13 @@ func TestInboundReportsEndToEnd(t *testing.T) {
 	other := *s
 	other.adminKey = otherKey
 	otherID, _, _ := verifiedDomain(t, &other, "other.example")
-	otherSend := other.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": otherID, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
-	otherEmail := other.callAs(otherSend, "POST", "/api/v1/emails", map[string]any{
+	otherAPI := other.api()
+	otherSender := otherAPI.as(otherAPI.sendKey(otherID))
+	otherEmail := otherSender.send(map[string]any{
 		"from": "news@other.example", "to": "carol@rcpt.example", "subject": "Other", "text": "Other.",
-	}, 202)["email"].(map[string]any)["id"].(string)
+	}).ID
 	testenv.Eventually(t, 30*time.Second, "other email sent", func() bool {
-		return other.callAs(otherSend, "GET", "/api/v1/emails/"+otherEmail, nil, 200)["email"].(map[string]any)["status"] == "sent"
+		return otherSender.email(otherEmail).Status == "sent"
 	})
 	if err := sendMail(inboundAddr, "", []string{firstSender},
 		postfixDSN(firstSender, "carol@rcpt.example", otherEmail+"@other.example", "5.1.1", "550 5.1.1 no such user")); err != nil {
@@ -309,11 +308,11 @@ func TestInboundReportsEndToEnd(t *testing.T) {
 		return testenv.Sample(t, scrape, `mailyard_inbound_messages_total{kind="dsn"}`) == 3 &&
 			testenv.Sample(t, scrape, `mailyard_inbound_messages_total{kind="arf"}`) == 2
 	})
-	r := other.callAs(otherSend, "GET", "/api/v1/emails/"+otherEmail, nil, 200)["email"].(map[string]any)["recipients"].([]any)[0].(map[string]any)
-	if r["status"] != "delivered" {
-		t.Fatalf("the other organization's recipient is %v", r)
+	r := otherSender.email(otherEmail).Recipients[0]
+	if r.Status != "delivered" {
+		t.Fatalf("the other organization's recipient is %+v", r)
 	}
-	if n := len(other.call("GET", "/api/v1/suppressions", nil, 200)["suppressions"].([]any)); n != 0 {
+	if n := len(otherAPI.suppressions()); n != 0 {
 		t.Fatalf("the other organization has %d suppressions", n)
 	}
 	if n := len(rcv.all()); n != 4 {
@@ -368,8 +367,7 @@ func recordInboundHistories(t *testing.T, s *stack) {
 // More connections than MAILYARD_SMTP_MAX_CONNECTIONS are answered 421 and
 // closed; the process stays up and serves again once they are gone.
 func TestInboundConnectionCap(t *testing.T) {
-	s := prepareStack(t)
-	testenv.Start(t, s.env, "worker")
+	s := startStack(t, topology{noAPI: true, noDNS: true})
 	addr, _ := s.startInbound("MAILYARD_SMTP_MAX_CONNECTIONS=500")
 
 	var mu sync.Mutex
@@ -452,8 +450,7 @@ func rawData(t *testing.T, addr, rcpt, data string) string {
 // the same message is taken. The process stays up throughout.
 func TestInboundDatabaseDown(t *testing.T) {
 	pg := testenv.StartPostgres(t)
-	s := prepareTopology(t, topology{database: pg.URL})
-	s.worker = s.startWorker()
+	s := startStack(t, topology{database: pg.URL, noAPI: true, noDNS: true})
 	addr, _ := s.startInbound()
 	key, _ := base64.StdEncoding.DecodeString(testEncryptionKey)
 	tags, err := bouncetag.New(key)
@@ -467,6 +464,11 @@ func TestInboundDatabaseDown(t *testing.T) {
 	if err := sendMail(addr, "fbl@feedback.example", []string{"fbl@bounces.mailyard.test"}, report); err != nil {
 		t.Fatalf("with the database up: %v", err)
 	}
+	// The worker past its start (it reads the migration status first), so
+	// that its surviving the outage below is about the outage.
+	testenv.Eventually(t, time.Minute, "the worker's three task queues", func() bool {
+		return strings.Count(s.worker.Output(), "Started Worker") == 3
+	})
 	pg.Stop()
 	for name, rcpt := range map[string]string{"at DATA": "fbl@bounces.mailyard.test", "at RCPT": tagged} {
 		err := sendMail(addr, "fbl@feedback.example", []string{rcpt}, report)

@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -59,40 +57,40 @@ func (r *platformReceiver) of(eventType string) []map[string]any {
 // the deletion, the keys gone from DNS after the retain time, and no key material
 // in any workflow history.
 func TestDomainLifecycleEndToEnd(t *testing.T) {
-	s := startStack(t,
+	s := startStack(t, topology{env: []string{
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
 		"MAILYARD_DKIM_RETAIN=4s",
 		"MAILYARD_DKIM_RECHECK=1s",
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
-	)
+	}})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	rcv := &platformReceiver{}
 	hook := httptest.NewServer(rcv)
 	t.Cleanup(hook.Close)
-	s.call("POST", "/api/v1/webhooks", map[string]any{"url": hook.URL + "/hooks",
-		"event_types": []string{"domain.verified", "domain.dkim_rotated", "domain.deleted"}}, 201)
+	api := s.api()
+	api.createWebhook(hook.URL+"/hooks", "domain.verified", "domain.dkim_rotated", "domain.deleted")
 
 	// Added, and verified by the onboarding workflow once the records exist.
-	added := s.call("POST", "/api/v1/domains", map[string]any{"domain": "shop.example"}, 201)
-	id := int64(added["domain"].(map[string]any)["id"].(float64))
-	token := strings.TrimSuffix(added["dns_records"].([]any)[0].(map[string]any)["value"].(string), "-1.dkim.mailyard.test")
+	added := api.addDomain("shop.example", "")
+	id := added.Domain.ID
+	token := strings.TrimSuffix(added.DNSRecords[0].Value, "-1.dkim.mailyard.test")
 	sel1, sel2 := token+"-1", token+"-2"
 	s.customer.Add(t, sel1+"._domainkey.shop.example. 300 IN CNAME "+sel1+".dkim.mailyard.test.")
 	s.customer.Add(t, sel2+"._domainkey.shop.example. 300 IN CNAME "+sel2+".dkim.mailyard.test.")
 	s.customer.Add(t, `mail.shop.example. 300 IN TXT "v=spf1 include:spf.mailyard.test ~all"`)
 	s.customer.Add(t, "mail.shop.example. 300 IN MX 10 bounces.mailyard.test.")
 	path := fmt.Sprintf("/api/v1/domains/%d", id)
-	var dom map[string]any
+	var dom DomainDetail
 	testenv.Eventually(t, 60*time.Second, "domain verified", func() bool {
-		dom = s.call("GET", path, nil, 200)["domain"].(map[string]any)
-		return dom["status"] == "verified"
+		dom = api.domain(id)
+		return dom.Status == "verified"
 	})
-	dkim := dom["dkim"].(map[string]any)
-	rot := dkim["rotation"].(map[string]any)
-	if dkim["active_selector"] != sel1 || rot["enabled"] != true || rot["interval_days"] != float64(180) ||
-		rot["in_progress"] != false || rot["next_rotation_at"] == nil || dom["verified_at"] == nil {
-		t.Fatalf("verified domain: %v", dom)
+	dkim := dom.DKIM
+	rot := dkim.Rotation
+	if dkim.ActiveSelector != sel1 || !rot.Enabled || rot.IntervalDays != 180 ||
+		rot.InProgress || rot.NextRotationAt == nil || dom.VerifiedAt == nil {
+		t.Fatalf("verified domain: %+v", dom)
 	}
 	assertKeys(t, dkim, map[string]string{sel1: "active", sel2: "standby"})
 	testenv.Eventually(t, 30*time.Second, "domain.verified webhook", func() bool { return len(rcv.of("domain.verified")) == 1 })
@@ -101,9 +99,8 @@ func TestDomainLifecycleEndToEnd(t *testing.T) {
 	}
 
 	// A credential scoped to the domain.
-	cred := s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": id, "label": "shop", "permissions": []string{"admin"}}, 201)
-	secretKey := cred["secret_key"].(string)
-	if status := statusWithKey(t, s, secretKey, "GET", "/api/v1/domains"); status != 200 {
+	secretKey := api.createCredential(id, "shop", "admin").SecretKey
+	if status := api.as(secretKey).status("GET", "/api/v1/domains"); status != 200 {
 		t.Fatalf("credential before deletion: %d", status)
 	}
 
@@ -113,22 +110,20 @@ func TestDomainLifecycleEndToEnd(t *testing.T) {
 	oldStandbyTXT := queryTXT(t, s.dnsAddr, sel1+".dkim.mailyard.test.")
 
 	// Rotate: the standby key (selector 2) is confirmed through the CNAME and signs.
-	rotated := s.call("POST", path+"/dkim/rotate", nil, 202)["rotation"].(map[string]any)
-	if rotated["active_selector"] != sel1 || rotated["next_selector"] != sel2 {
-		t.Fatalf("rotate answer: %v", rotated)
+	if rotated := api.rotate(id); rotated.ActiveSelector != sel1 || rotated.NextSelector != sel2 {
+		t.Fatalf("rotate answer: %+v", rotated)
 	}
 	rotationRun := s.temporalC.GetWorkflow(context.Background(), rotation.WorkflowID(id), "").GetRunID()
-	s.callStatus("POST", path+"/dkim/rotate", 409, "rotation_in_progress")
+	api.fail("POST", path+"/dkim/rotate", 409, "rotation_in_progress")
 	testenv.Eventually(t, 30*time.Second, "switched to selector 2", func() bool {
-		dkim = s.call("GET", path, nil, 200)["domain"].(map[string]any)["dkim"].(map[string]any)
-		return dkim["active_selector"] == sel2
+		return api.domain(id).DKIM.ActiveSelector == sel2
 	})
 	// After the retain time selector 1 holds a fresh key: published, standby.
 	testenv.Eventually(t, 30*time.Second, "rotation done", func() bool {
-		dom = s.call("GET", path, nil, 200)["domain"].(map[string]any)
-		return dom["dkim"].(map[string]any)["rotation"].(map[string]any)["in_progress"] == false
+		dom = api.domain(id)
+		return !dom.DKIM.Rotation.InProgress
 	})
-	dkim = dom["dkim"].(map[string]any)
+	dkim = dom.DKIM
 	assertKeys(t, dkim, map[string]string{sel2: "active", sel1: "standby"})
 	// The next cycle waits in a new run of the same workflow type. The run
 	// continues as new in the workflow task after the one that recorded the
@@ -141,8 +136,8 @@ func TestDomainLifecycleEndToEnd(t *testing.T) {
 		}
 		return desc.WorkflowExecutionInfo.Execution.RunId != rotationRun
 	})
-	if dkim["rotation"].(map[string]any)["last_rotated_at"] == nil {
-		t.Fatalf("no last_rotated_at: %v", dkim)
+	if dkim.Rotation.LastRotatedAt == nil {
+		t.Fatalf("no last_rotated_at: %+v", dkim)
 	}
 	st := testenv.OpenStore(t, s.databaseURL)
 	active, err := st.DKIMKeyInState(context.Background(), id, store.DKIMActive)
@@ -164,21 +159,19 @@ func TestDomainLifecycleEndToEnd(t *testing.T) {
 	recordHistory(t, "../../workflows/rotation/testdata/dkim-rotation-v1-rotated.json", rotationHistory)
 
 	// Delete: gone for the customer before the answer, its credential revoked.
-	deleted := s.call("DELETE", path, nil, 200)["domain"].(map[string]any)
-	if deleted["status"] != "deleted" || deleted["domain"] != "shop.example" {
-		t.Fatalf("delete answer: %v", deleted)
+	if deleted := api.deleteDomain(id); deleted.Status != "deleted" || deleted.Domain != "shop.example" {
+		t.Fatalf("delete answer: %+v", deleted)
 	}
-	s.callStatus("GET", path, 404, "not_found")
-	s.callStatus("DELETE", path, 404, "not_found")
-	if list := s.call("GET", "/api/v1/domains", nil, 200)["domains"].([]any); len(list) != 0 {
-		t.Fatalf("deleted domain still listed: %v", list)
+	api.fail("GET", path, 404, "not_found")
+	api.fail("DELETE", path, 404, "not_found")
+	if list := api.domains(); len(list) != 0 {
+		t.Fatalf("deleted domain still listed: %+v", list)
 	}
-	if status := statusWithKey(t, s, secretKey, "GET", "/api/v1/domains"); status != 401 {
+	if status := api.as(secretKey).status("GET", "/api/v1/domains"); status != 401 {
 		t.Fatalf("credential of a deleted domain answers %d, want 401", status)
 	}
 	// The name can be added again at once, with a new token.
-	readded := s.call("POST", "/api/v1/domains", map[string]any{"domain": "shop.example"}, 201)
-	if v := readded["dns_records"].([]any)[0].(map[string]any)["value"].(string); strings.HasPrefix(v, token) {
+	if v := api.addDomain("shop.example", "").DNSRecords[0].Value; strings.HasPrefix(v, token) {
 		t.Fatalf("re-added domain reuses the token: %s", v)
 	}
 
@@ -213,15 +206,14 @@ func TestDomainLifecycleEndToEnd(t *testing.T) {
 }
 
 // assertKeys checks the dkim.keys of a domain: selector → state.
-func assertKeys(t *testing.T, dkim map[string]any, want map[string]string) {
+func assertKeys(t *testing.T, dkim DKIMState, want map[string]string) {
 	t.Helper()
 	got := map[string]string{}
-	for _, k := range dkim["keys"].([]any) {
-		key := k.(map[string]any)
-		if key["bits"] != float64(2048) || key["created_at"] == nil {
-			t.Fatalf("key %v", key)
+	for _, key := range dkim.Keys {
+		if key.Bits != 2048 || key.CreatedAt == nil {
+			t.Fatalf("key %+v", key)
 		}
-		got[key["selector"].(string)] = key["state"].(string)
+		got[key.Selector] = key.State
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("keys %v, want %v", got, want)
@@ -251,40 +243,6 @@ func keyNeedles(t *testing.T, s *stack, domainID int64) []string {
 		needles = append(needles, b64[:64], b64[len(b64)/2:len(b64)/2+64], k.PublicKey[:64], k.PublicKey[len(k.PublicKey)-64:])
 	}
 	return needles
-}
-
-// statusWithKey sends a request with another API key and returns the status.
-func statusWithKey(t *testing.T, s *stack, key, method, path string) int {
-	t.Helper()
-	req, _ := http.NewRequest(method, s.apiURL+path, nil)
-	req.Header.Set("Authorization", "Bearer "+key)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	return res.StatusCode
-}
-
-// callStatus sends an API request with the admin key that must fail with
-// status and code.
-func (s *stack) callStatus(method, path string, status int, code string) {
-	s.t.Helper()
-	req, _ := http.NewRequest(method, s.apiURL+path, bytes.NewReader(nil))
-	req.Header.Set("Authorization", "Bearer "+s.adminKey)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var body struct {
-		Error struct{ Code string } `json:"error"`
-	}
-	_ = json.NewDecoder(res.Body).Decode(&body)
-	if res.StatusCode != status || body.Error.Code != code {
-		s.t.Fatalf("%s %s: %d %q, want %d %q", method, path, res.StatusCode, body.Error.Code, status, code)
-	}
 }
 
 // queryRcode asks the DNS server at addr for name's TXT records and returns the

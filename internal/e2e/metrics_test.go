@@ -33,9 +33,9 @@ func hasLine(scrape, pattern string) bool {
 // token, in a form promtool finds clean; each counts its own work, and the
 // ones with a Temporal client report the SDK's metrics.
 func TestEveryProcessServesMetrics(t *testing.T) {
-	s := startStack(t, "MAILYARD_VERIFY_SCHEDULE=1s/60s")
-	s.call("GET", "/api/v1/domains", nil, 200)
-	s.call("POST", "/api/v1/domains", map[string]any{"domain": "metrics.example"}, 201)
+	s := startStack(t, topology{env: []string{"MAILYARD_VERIFY_SCHEDULE=1s/60s"}})
+	s.api().domains()
+	s.api().addDomain("metrics.example", "")
 	soa := new(dns.Msg)
 	soa.SetQuestion("dkim.mailyard.test.", dns.TypeSOA)
 	if res, err := dns.Exchange(soa, s.dnsAddr); err != nil || res.Rcode != dns.RcodeSuccess {
@@ -98,24 +98,24 @@ func TestEveryProcessServesMetrics(t *testing.T) {
 // Then the metrics of deploy/'s alerts and dashboard are all exported.
 func TestSendingMetrics(t *testing.T) {
 	mx := startMX(t)
-	s := startStack(t, append(mx.env(),
+	s := startStack(t, topology{env: append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
-	)...)
+	)})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	mx.route(t, s.customer)
 	rcv := &eventReceiver{}
 	hook := httptest.NewServer(rcv)
 	t.Cleanup(hook.Close)
-	s.call("POST", "/api/v1/webhooks", map[string]any{"url": hook.URL + "/hooks", "event_types": []string{"delivered", "bounced"}}, 201)
+	api := s.api()
+	api.createWebhook(hook.URL+"/hooks", "delivered", "bounced")
 	id, sel1, _ := verifiedDomain(t, s, "shop.example")
-	sendKey := s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": id, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
 
 	// One attempt: one recipient accepted, one refused with 550.
-	s.callAs(sendKey, "POST", "/api/v1/emails", map[string]any{
+	api.as(api.sendKey(id)).send(map[string]any{
 		"from": "billing@shop.example", "to": []string{"ok@rcpt.example", "reject@rcpt.example"}, "subject": "Hi", "text": "Hello.",
-	}, 202)
+	})
 	testenv.Eventually(t, 60*time.Second, "two outcome webhooks", func() bool { return len(rcv.all()) == 2 })
 	// The POST is counted just after the receiver answers it.
 	var worker string

@@ -41,35 +41,35 @@ func TestProductionTopology(t *testing.T) {
 	mx := startMX(t)
 	// A namespace of Mailyard's own, which `mailyard temporal setup` registers
 	// with the search attributes, as an operator does on a cluster.
-	s := startTopology(t, topology{temporal: temporal.Address, namespace: "mailyard", apis: 2, workers: 2, env: append(mx.env(),
+	s := startStack(t, topology{temporal: temporal.Address, namespace: "mailyard", apis: 2, workers: 2, env: append(mx.env(),
 		// A check every 2 s; the window outlasts the test.
 		"MAILYARD_VERIFY_SCHEDULE=2s/10m",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
 		"SSL_CERT_FILE="+caFile,
 	)})
 	mx.route(t, s.customer)
-	a, b := s.on(0), s.on(1)
+	a, b := s.apiOn(0), s.apiOn(1)
 
 	// A domain added through one api process, verified through the other.
-	shopID, shopToken := addDomain(t, a, "shop.example")
+	shopID, shopToken := addPendingDomain(t, a, "shop.example")
 	for _, n := range []int{1, 2} {
 		name := fmt.Sprintf("%s-%d.dkim.mailyard.test.", shopToken, n)
 		testenv.Eventually(t, 30*time.Second, "DKIM key "+name+" from mailyard dns", func() bool { return queryTXT(t, s.dnsAddr, name) != "" })
 	}
 	publishCustomerRecords(t, s, shopToken, "shop.example")
-	if st := b.call("POST", fmt.Sprintf("/api/v1/domains/%d/verify", shopID), nil, 200)["domain"].(map[string]any)["status"]; st != "verified" {
+	if st := b.verify(shopID).Domain.Status; st != "verified" {
 		t.Fatalf("shop.example after verify: %v", st)
 	}
-	sendKey := a.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": shopID, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
+	sendKey := a.sendKey(shopID)
 	// A domain whose records appear only while Temporal is down.
-	lateID, lateToken := addDomain(t, b, "late.example")
+	lateID, lateToken := addPendingDomain(t, b, "late.example")
 
 	const urlToken = "url-query-token-prod-9c1d"
-	created := a.call("POST", "/api/v1/webhooks", map[string]any{"url": rcv.URL + "/hook?token=" + urlToken, "event_types": []string{"delivered"}}, 201)
-	rcv.secret = created["signing_secret"].(string)
-	webhookID := int64(created["webhook"].(map[string]any)["id"].(float64))
-	if got := b.call("GET", fmt.Sprintf("/api/v1/webhooks/%d", webhookID), nil, 200); got["webhook"] == nil {
-		t.Fatalf("the other api process does not see the webhook: %v", got)
+	created := a.createWebhook(rcv.URL+"/hook?token="+urlToken, "delivered")
+	rcv.secret = created.SigningSecret
+	webhookID := created.Webhook.ID
+	if got := b.webhook(webhookID); got.ID != webhookID {
+		t.Fatalf("the other api process does not see the webhook: %+v", got)
 	}
 
 	// Events alternate between the two api processes' internal listeners,
@@ -122,7 +122,7 @@ func TestProductionTopology(t *testing.T) {
 	during := send(1)
 	publishCustomerRecords(t, s, lateToken, "late.example")
 	testenv.Eventually(t, time.Minute, "a 503 during the outage", func() bool { return refused.Load() > 0 })
-	if st := a.call("GET", fmt.Sprintf("/api/v1/domains/%d/dns-records", shopID), nil, 200)["domain"].(map[string]any)["status"]; st != "verified" {
+	if st := a.dnsRecords(shopID).Domain.Status; st != "verified" {
 		t.Fatalf("reading a domain without Temporal: %v", st)
 	}
 	time.Sleep(15*time.Second - time.Since(down))
@@ -137,7 +137,7 @@ func TestProductionTopology(t *testing.T) {
 	// Every email sent, once, to its recipient; the refused sends left none.
 	for id := range emailIDs {
 		testenv.Eventually(t, 2*time.Minute, "email "+id+" sent", func() bool {
-			return s.callAs(sendKey, "GET", "/api/v1/emails/"+id, nil, 200)["email"].(map[string]any)["status"] == "sent"
+			return a.as(sendKey).email(id).Status == "sent"
 		})
 	}
 	for i := range emails {
@@ -156,7 +156,7 @@ func TestProductionTopology(t *testing.T) {
 			t.Fatalf("%s received email %q, not one the API queued", rcpt, id)
 		}
 	}
-	if listed := s.callAs(sendKey, "GET", "/api/v1/emails?limit=100", nil, 200)["emails"].([]any); len(listed) != emails {
+	if listed := a.as(sendKey).emails("?limit=100").Emails; len(listed) != emails {
 		t.Fatalf("%d emails listed, %d queued: a refused send left one behind", len(listed), emails)
 	}
 
@@ -195,7 +195,7 @@ func TestProductionTopology(t *testing.T) {
 	// The late domain's onboarding workflow kept its timer through the restart:
 	// a scheduled check, not a call to Verify, finds the records.
 	testenv.Eventually(t, time.Minute, "late.example verified by its scheduled check", func() bool {
-		return b.call("GET", fmt.Sprintf("/api/v1/domains/%d/dns-records", lateID), nil, 200)["domain"].(map[string]any)["status"] == "verified"
+		return b.dnsRecords(lateID).Domain.Status == "verified"
 	})
 
 	// Visibility on PostgreSQL lists every workflow of the run; none holds a
@@ -211,16 +211,14 @@ func TestProductionTopology(t *testing.T) {
 	}
 }
 
-// addDomain adds a domain through s and returns its id and DKIM token.
-func addDomain(t *testing.T, s *stack, name string) (int64, string) {
+// addPendingDomain adds a domain through api and returns its id and DKIM token.
+func addPendingDomain(t *testing.T, api *apiClient, name string) (int64, string) {
 	t.Helper()
-	added := s.call("POST", "/api/v1/domains", map[string]any{"domain": name}, 201)
-	dom := added["domain"].(map[string]any)
-	if dom["status"] != "pending" {
-		t.Fatalf("added %s: %v", name, dom)
+	added := api.addDomain(name, "")
+	if added.Domain.Status != "pending" {
+		t.Fatalf("added %s: %+v", name, added.Domain)
 	}
-	dkim := added["dns_records"].([]any)[0].(map[string]any)["value"].(string)
-	return int64(dom["id"].(float64)), strings.TrimSuffix(dkim, "-1.dkim.mailyard.test")
+	return added.Domain.ID, strings.TrimSuffix(added.DNSRecords[0].Value, "-1.dkim.mailyard.test")
 }
 
 // publishCustomerRecords creates, in the customer's zone, the four records
@@ -241,10 +239,7 @@ func ingestUntilAccepted(t *testing.T, internalAddr string, i int, refused *atom
 	httpClient := &http.Client{Timeout: time.Minute}
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		req, _ := http.NewRequest("POST", "http://"+internalAddr+"/internal/v1/events", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer e2e-internal-token")
-		req.Header.Set("Content-Type", "application/json")
-		res, err := httpClient.Do(req)
+		res, err := httpClient.Do(internalAPI(t, internalAddr).ingestRequest(body))
 		if err != nil {
 			t.Errorf("ingest %d: %v", i, err)
 			return nil
@@ -274,17 +269,15 @@ func ingestUntilAccepted(t *testing.T, internalAddr string, i int, refused *atom
 // counted in refused and the request is sent again a second later. It returns
 // the email's id.
 func sendUntilQueued(t *testing.T, apiURL, key string, i int, refused *atomic.Int64) string {
-	body, _ := json.Marshal(map[string]any{
+	body := map[string]any{
 		"from": "Shop <orders@shop.example>", "to": fmt.Sprintf("r%d@rcpt.example", i),
 		"subject": fmt.Sprintf("Order confirmation %d", i), "text": "Thank you for your order.",
-	})
+	}
+	api := clientAt(t, apiURL, key)
 	httpClient := &http.Client{Timeout: time.Minute}
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		req, _ := http.NewRequest("POST", apiURL+"/api/v1/emails", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		req.Header.Set("Content-Type", "application/json")
-		res, err := httpClient.Do(req)
+		res, err := httpClient.Do(api.request("POST", "/api/v1/emails", body))
 		if err != nil {
 			t.Errorf("send email %d: %v", i, err)
 			return ""

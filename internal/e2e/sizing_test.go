@@ -34,7 +34,7 @@ func TestMeasureSizing(t *testing.T) {
 	const n = 20
 	temporal := testenv.StartRealTemporal(t)
 	mx := startMX(t)
-	s := startTopology(t, topology{temporal: temporal.Address, namespace: "mailyard", apis: 1, workers: 1, env: append(mx.env(),
+	s := startStack(t, topology{temporal: temporal.Address, namespace: "mailyard", apis: 1, workers: 1, env: append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/10m", "MAILYARD_WEBHOOK_ALLOW_HTTP=true", "MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
 		"MAILYARD_EMAIL_RETENTION=2s", "MAILYARD_RATE_LIMIT=off",
 	)})
@@ -44,9 +44,9 @@ func TestMeasureSizing(t *testing.T) {
 	rcv := &eventReceiver{}
 	hook := httptest.NewServer(rcv)
 	t.Cleanup(hook.Close)
-	s.call("POST", "/api/v1/webhooks", map[string]any{"url": hook.URL + "/hooks", "event_types": []string{"delivered", "bounced"}}, 201)
+	s.api().createWebhook(hook.URL+"/hooks", "delivered", "bounced")
 	domainID, _, _ := verifiedDomain(t, s, "shop.example")
-	key := s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": domainID, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
+	sender := s.api().as(s.api().sendKey(domainID))
 
 	// snapshot is the rows written so far in each table of the databases, by
 	// "database.table" (persistence, visibility, mailyard). A backend flushes its
@@ -150,7 +150,7 @@ func TestMeasureSizing(t *testing.T) {
 	measure("email (one recipient, delivered, its webhook, erased after retention)", `WorkflowType = "EmailDelivery" AND ExecutionStatus = "Completed"`, func() {
 		ids := map[string]bool{}
 		for i := range n {
-			ids[s.callAs(key, "POST", "/api/v1/emails", map[string]any{"from": "billing@shop.example", "to": fmt.Sprintf("r%d@rcpt.example", i), "subject": "Receipt", "text": "Thanks."}, 202)["email"].(map[string]any)["id"].(string)] = true
+			ids[sender.send(map[string]any{"from": "billing@shop.example", "to": fmt.Sprintf("r%d@rcpt.example", i), "subject": "Receipt", "text": "Thanks."}).ID] = true
 		}
 		testenv.Eventually(t, 2*time.Minute, "emails erased", func() bool {
 			list, err := s.temporalC.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{Namespace: s.namespace, Query: `WorkflowType = "EmailDelivery" AND ExecutionStatus = "Completed"`})

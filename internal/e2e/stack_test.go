@@ -2,10 +2,7 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"regexp"
@@ -29,7 +26,7 @@ type stack struct {
 	env         []string // what every process gets; the first api's listeners
 	apiURL      string
 	httpAddr    string
-	apiURLs     []string // every api process's public listener (startTopology)
+	apiURLs     []string // every api process's public listener
 	internal    []string // every api process's internal listener, host:port
 	dnsAddr     string
 	temporal    string
@@ -38,10 +35,13 @@ type stack struct {
 	customer    *testenv.DNSZone
 	temporalC   client.Client
 	databaseURL string
+	// api is the first api process (nil when the stack started none, or
+	// runs it in the test process).
+	apiProc *testenv.Process
 	// worker is the worker process (nil when the worker runs in the test
 	// process); a test may kill it and start another.
 	worker *testenv.Process
-	// dns is the `mailyard dns` process startDNS started.
+	// dns is the `mailyard dns` process.
 	dns *testenv.Process
 	// metricsURL is each process's /metrics: the API's internal listener,
 	// and MAILYARD_METRICS_ADDR of worker and dns.
@@ -50,67 +50,89 @@ type stack struct {
 	metricsEnv map[string]string
 }
 
-func startStack(t *testing.T, extraEnv ...string) *stack {
-	t.Helper()
-	s := prepareStack(t, extraEnv...)
-	testenv.Start(t, s.env, "api")
-	s.worker = s.startWorker()
-	s.startDNS()
-	return s
-}
-
-// topology is what startTopology runs.
+// topology is what startStack runs; its zero value is one api, one worker
+// and one dns process on a Temporal dev server and a database of the test's
+// own.
 type topology struct {
 	// temporal is a cluster's frontend address: namespace and search
 	// attributes are set up with `mailyard temporal setup`, as an operator
 	// does. Empty: a dev server of the test's own, which has them.
-	temporal  string
-	namespace string   // TEMPORAL_NAMESPACE; empty: default
-	apis      int      // api processes, each with listeners of its own
-	workers   int      // worker processes, each with a metrics listener of its own
-	env       []string // added to every process's environment
+	temporal string
+	// sharedTemporal: the dev server the package's tests share
+	// (testenv.Temporal) instead of one of the test's own.
+	sharedTemporal bool
+	namespace      string   // TEMPORAL_NAMESPACE; empty: default
+	apis           int      // api processes, each with listeners of its own; 0: one
+	workers        int      // worker processes, each with a metrics listener of its own; 0: one
+	env            []string // added to every process's environment
 	// database is MAILYARD_DATABASE_URL; empty: a fresh database on the
 	// shared test server (testenv.PostgresURL).
 	database string
+	// noAPI, noWorker, noDNS leave that process out (for a test that starts
+	// its own, or needs none).
+	noAPI, noWorker, noDNS bool
+	// inProcess runs the api and the worker in the test process instead,
+	// with this email retry schedule, which no environment variable can
+	// shorten (`mailyard dns` stays a process).
+	inProcess []time.Duration
 }
 
-// startTopology is startStack with apis × api and workers × worker (and one
-// dns); metricsURL names the first of each.
-func startTopology(t *testing.T, top topology) *stack {
+// startStack is the one way the e2e tests start Mailyard: it migrates a
+// fresh database, creates an organization with an admin key, starts what top
+// asks for, waits for the listeners, and connects the test's Temporal
+// client. metricsURL names the first api and worker.
+func startStack(t *testing.T, top topology) *stack {
 	t.Helper()
-	s := prepareTopology(t, top)
-	testenv.Start(t, s.env, "api")
+	s := newStack(t, top)
+	switch {
+	case top.inProcess != nil:
+		s.runInProcess(top.inProcess)
+	case !top.noAPI:
+		s.apiProc = testenv.Start(t, s.env, "api")
+	}
 	var listeners []string
-	for range top.apis - 1 {
+	for range max(top.apis, 1) - 1 {
 		httpAddr, internalAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
 		s.apiURLs = append(s.apiURLs, "http://"+httpAddr)
 		s.internal = append(s.internal, internalAddr)
 		listeners = append(listeners, httpAddr, internalAddr)
 		testenv.Start(t, slices.Concat(s.env, []string{"MAILYARD_HTTP_ADDR=" + httpAddr, "MAILYARD_INTERNAL_ADDR=" + internalAddr}), "api")
 	}
-	s.worker = s.startWorker()
-	for range top.workers - 1 {
-		testenv.Start(t, slices.Concat(s.env, []string{"MAILYARD_METRICS_ADDR=" + testenv.FreeAddr(t)}), "worker")
+	if !top.noWorker && top.inProcess == nil {
+		s.worker = s.startWorker()
+		for range max(top.workers, 1) - 1 {
+			testenv.Start(t, slices.Concat(s.env, []string{"MAILYARD_METRICS_ADDR=" + testenv.FreeAddr(t)}), "worker")
+		}
 	}
-	s.startDNS()
+	if !top.noDNS {
+		s.dns = testenv.Start(t, slices.Concat(s.env, []string{s.metricsEnv["dns"]}), "dns")
+		listeners = append(listeners, s.dnsAddr)
+	}
+	if !top.noAPI {
+		listeners = append(listeners, s.httpAddr)
+	}
 	for _, addr := range listeners {
 		testenv.WaitListening(t, addr, 30*time.Second)
 	}
+	c, err := client.Dial(client.Options{HostPort: s.temporal, Namespace: s.namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	s.temporalC = c
 	return s
 }
 
-// prepareStack migrates a fresh database and creates an organization with
-// an admin key; the caller starts the api and the worker, then startDNS.
-func prepareStack(t *testing.T, extraEnv ...string) *stack {
-	t.Helper()
-	return prepareTopology(t, topology{env: extraEnv})
-}
-
-// prepareTopology is prepareStack on top's Temporal server and namespace.
-func prepareTopology(t *testing.T, top topology) *stack {
+// newStack is startStack's first half: the environment, the database and
+// the organization.
+func newStack(t *testing.T, top topology) *stack {
 	t.Helper()
 	cluster := top.temporal != ""
-	if !cluster {
+	switch {
+	case cluster:
+	case top.sharedTemporal:
+		top.temporal = testenv.Temporal(t)
+	default:
 		// Its own Temporal server: the rotation workflows a test leaves running
 		// must not be joined by the next test's domain with the same id.
 		top.temporal = testenv.OwnTemporal(t)
@@ -156,73 +178,20 @@ func prepareTopology(t *testing.T, top topology) *stack {
 	return s
 }
 
-// startDNS starts `mailyard dns`, waits for the API and the DNS server to
-// listen, and connects the test's Temporal client.
-func (s *stack) startDNS() {
-	t := s.t
-	t.Helper()
-	s.dns = testenv.Start(t, slices.Concat(s.env, []string{s.metricsEnv["dns"]}), "dns")
-	testenv.WaitListening(t, s.httpAddr, 30*time.Second)
-	testenv.WaitListening(t, s.dnsAddr, 30*time.Second)
-
-	c, err := client.Dial(client.Options{HostPort: s.temporal, Namespace: s.namespace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	s.temporalC = c
-}
-
 // startWorker starts a `mailyard worker` process with its metrics listener.
 func (s *stack) startWorker() *testenv.Process {
 	return testenv.Start(s.t, slices.Concat(s.env, []string{s.metricsEnv["worker"]}), "worker")
 }
 
-// on is the stack seen through its i-th api process: call goes there.
-func (s *stack) on(i int) *stack {
-	c := *s
-	c.apiURL = s.apiURLs[i]
-	return &c
+// apiOn is the admin client of the stack's i-th api process.
+func (s *stack) apiOn(i int) *apiClient {
+	return clientAt(s.t, s.apiURLs[i], s.adminKey)
 }
 
 // run runs a short-lived subcommand to completion.
 func (s *stack) run(args ...string) string {
 	s.t.Helper()
 	return testenv.Run(s.t, s.env, args...)
-}
-
-// call sends an API request with the admin key and decodes the envelope's data.
-func (s *stack) call(method, path string, body any, wantStatus int) map[string]any {
-	s.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
-	}
-	req, _ := http.NewRequest(method, s.apiURL+path, rd)
-	req.Header.Set("Authorization", "Bearer "+s.adminKey)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := http.DefaultClient.Do(req.WithContext(ctx))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	if res.StatusCode != wantStatus {
-		s.t.Fatalf("%s %s: status %d, want %d: %s", method, path, res.StatusCode, wantStatus, raw)
-	}
-	var env struct {
-		Status string         `json:"status"`
-		Data   map[string]any `json:"data"`
-	}
-	if err := json.Unmarshal(raw, &env); err != nil {
-		s.t.Fatalf("%s %s: %v: %s", method, path, err, raw)
-	}
-	return env.Data
 }
 
 // historyJSON exports a workflow run's history with the Temporal CLI, in the

@@ -110,14 +110,14 @@ func TestSubmissionEndToEnd(t *testing.T) {
 		t.Skip("swaks is not installed (apt-get install swaks)")
 	}
 	mx := startMX(t)
-	s := startStack(t, append(mx.env(), "MAILYARD_VERIFY_SCHEDULE=1s/60s")...)
+	s := startStack(t, topology{env: append(mx.env(), "MAILYARD_VERIFY_SCHEDULE=1s/60s")})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	mx.route(t, s.customer)
 	certFile, keyFile, roots := smtpCert(t)
 	addr, tlsAddr := s.startSubmission(certFile, keyFile)
 	domainID, sel, _ := verifiedDomain(t, s, "shop.example")
-	cred := s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": domainID, "label": "app", "permissions": []string{"send"}}, 201)
-	user, secret := cred["credential"].(map[string]any)["username"].(string), cred["secret_key"].(string)
+	cred := s.api().createCredential(domainID, "app", "send")
+	user, secret := cred.Credential.Username, cred.SecretKey
 
 	caFile := filepath.Join(filepath.Dir(certFile), "ca.pem")
 	var ids []string
@@ -189,10 +189,9 @@ s.quit()
 	}
 	_ = c.Quit()
 
-	list := s.call("GET", "/api/v1/emails", nil, 200)["emails"].([]any)
-	for _, e := range list {
-		if e := e.(map[string]any); e["subject"] == "via net/smtp" {
-			ids = append(ids, e["id"].(string))
+	for _, e := range s.api().emails("").Emails {
+		if e.Subject == "via net/smtp" {
+			ids = append(ids, e.ID)
 		}
 	}
 	if len(ids) != 4 {
@@ -200,17 +199,17 @@ s.quit()
 	}
 	wantBody := submitted("")[strings.Index(submitted(""), "\r\n\r\n"):]
 	for _, id := range ids {
-		var got map[string]any
+		var got Email
 		testenv.Eventually(t, 30*time.Second, "email "+id+" sent", func() bool {
-			got = s.call("GET", "/api/v1/emails/"+id, nil, 200)["email"].(map[string]any)
-			return got["status"] == "sent"
+			got = s.api().email(id)
+			return got.Status == "sent"
 		})
-		if got["source"] != "smtp" || got["message_id_header"] != "<"+id+"@shop.example>" || got["from"] != "Shop <billing@shop.example>" {
-			t.Fatalf("email %v", got)
+		if got.Source != "smtp" || deref(got.MessageIDHeader) != "<"+id+"@shop.example>" || got.From != "Shop <billing@shop.example>" {
+			t.Fatalf("email %+v", got)
 		}
-		for _, r := range got["recipients"].([]any) {
-			if r.(map[string]any)["status"] != "delivered" {
-				t.Fatalf("recipient %v", r)
+		for _, r := range got.Recipients {
+			if r.Status != "delivered" {
+				t.Fatalf("recipient %+v", r)
 			}
 		}
 	}
@@ -294,15 +293,14 @@ func plain(user, secret string) string {
 // organization, other domains in MAIL FROM and From, 51 recipients, 8-bit
 // headers without SMTPUTF8, bare LF, a client gone mid-DATA.
 func TestSubmissionRefusals(t *testing.T) {
-	s := startStack(t, "MAILYARD_VERIFY_SCHEDULE=1s/60s")
+	s := startStack(t, topology{env: []string{"MAILYARD_VERIFY_SCHEDULE=1s/60s"}})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	certFile, keyFile, roots := smtpCert(t)
 	addr, _ := s.startSubmission(certFile, keyFile)
 	domainID, _, _ := verifiedDomain(t, s, "shop.example")
-	newKey := func(perms ...string) (string, string, float64) {
-		c := s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": domainID, "label": "k", "permissions": perms}, 201)
-		cr := c["credential"].(map[string]any)
-		return cr["username"].(string), c["secret_key"].(string), cr["id"].(float64)
+	newKey := func(perms ...string) (string, string, int64) {
+		c := s.api().createCredential(domainID, "k", perms...)
+		return c.Credential.Username, c.SecretKey, c.Credential.ID
 	}
 	user, secret, keyID := newKey("send")
 	statsUser, statsSecret, _ := newKey("stats")
@@ -352,7 +350,7 @@ func TestSubmissionRefusals(t *testing.T) {
 	data("From: billing@shop.example\r\nSubject: x\r\n\r\nsmuggled\n.\nMAIL FROM:<x@shop.example>", "550 5.6.0")
 	data("Subject: no sender\r\n\r\nx", "550 5.6.0")
 	// Revoked: the next MAIL FROM on the open session sees it.
-	s.call("DELETE", fmt.Sprintf("/api/v1/credentials/%d", int64(keyID)), nil, 200)
+	s.api().revokeCredential(keyID)
 	c.expect("MAIL FROM:<billing@shop.example>", "535 5.7.8")
 
 	// A client that stops in the middle of DATA leaves nothing behind.
@@ -368,7 +366,7 @@ func TestSubmissionRefusals(t *testing.T) {
 	_ = c.c.W.Flush()
 	c.c.Close()
 	time.Sleep(time.Second)
-	if n := len(s.call("GET", "/api/v1/emails", nil, 200)["emails"].([]any)); n != 0 {
+	if n := len(s.api().emails("").Emails); n != 0 {
 		t.Fatalf("%d emails stored by refused or broken sessions", n)
 	}
 }

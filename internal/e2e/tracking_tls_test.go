@@ -57,24 +57,21 @@ func TestTrackingCustomDomainHTTPS(t *testing.T) {
 	})
 
 	mx := startMX(t)
-	s := prepareStack(t, append(mx.env(), "MAILYARD_VERIFY_SCHEDULE=1s/60s")...)
-	s.env = append(s.env,
-		"MAILYARD_TRACKING_URL=http://"+s.httpAddr,
+	s := startStack(t, topology{env: append(mx.env(),
+		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
+		"MAILYARD_TRACKING_URL=http://"+trackingHost,
 		"MAILYARD_TRACKING_HOST="+trackingHost,
 		"MAILYARD_TRACKING_TLS_ADDR="+tlsAddrs[0],
 		"MAILYARD_ACME_DIRECTORY="+pebble.DirectoryURL,
 		"MAILYARD_ACME_CA="+pebble.CAFile,
 		"MAILYARD_ACME_EMAIL=ops@mailyard.example",
-	)
-	testenv.Start(t, s.env, "api")
+	)})
 	// The second api process: listeners of its own (the last setting of a
 	// name wins).
 	httpAddr2, internalAddr2 := testenv.FreeAddr(t), testenv.FreeAddr(t)
 	testenv.Start(t, slices.Concat(s.env, []string{
 		"MAILYARD_HTTP_ADDR=" + httpAddr2, "MAILYARD_INTERNAL_ADDR=" + internalAddr2, "MAILYARD_TRACKING_TLS_ADDR=" + tlsAddrs[1],
 	}), "api")
-	s.worker = s.startWorker()
-	s.startDNS()
 	for _, addr := range append([]string{httpAddr2}, tlsAddrs...) {
 		testenv.WaitListening(t, addr, 30*time.Second)
 	}
@@ -85,12 +82,12 @@ func TestTrackingCustomDomainHTTPS(t *testing.T) {
 	id, _, _ := verifiedDomain(t, s, "shop.example")
 
 	// Clicks on, and the custom domain: record 5, pending.
-	patched := s.call("PATCH", fmt.Sprintf("/api/v1/domains/%d/tracking", id), map[string]any{"clicks": true, "custom_domain": custom}, 200)
+	patched := callMap(s.api(), "PATCH", fmt.Sprintf("/api/v1/domains/%d/tracking", id), map[string]any{"clicks": true, "custom_domain": custom}, 200)
 	tr := patched["domain"].(map[string]any)["tracking"].(map[string]any)
 	if tr["clicks"] != true || tr["custom_domain"] != custom || tr["custom_domain_status"] != "pending" {
 		t.Fatalf("tracking after PATCH: %v", tr)
 	}
-	records := s.call("GET", fmt.Sprintf("/api/v1/domains/%d/dns-records", id), nil, 200)["dns_records"].([]any)
+	records := callMap(s.api(), "GET", fmt.Sprintf("/api/v1/domains/%d/dns-records", id), nil, 200)["dns_records"].([]any)
 	if len(records) != 5 {
 		t.Fatalf("records after PATCH: %v", records)
 	}
@@ -109,19 +106,19 @@ func TestTrackingCustomDomainHTTPS(t *testing.T) {
 	// The customer creates the CNAME; verify until record 5 is verified.
 	s.customer.Add(t, custom+". 300 IN CNAME "+trackingHost+".")
 	testenv.Eventually(t, 30*time.Second, "custom tracking domain verified", func() bool {
-		v := s.call("POST", fmt.Sprintf("/api/v1/domains/%d/verify", id), nil, 200)
+		v := callMap(s.api(), "POST", fmt.Sprintf("/api/v1/domains/%d/verify", id), nil, 200)
 		rs := v["dns_records"].([]any)
 		return len(rs) == 5 && rs[4].(map[string]any)["status"] == "verified"
 	})
-	dom := s.call("GET", fmt.Sprintf("/api/v1/domains/%d", id), nil, 200)["domain"].(map[string]any)
+	dom := callMap(s.api(), "GET", fmt.Sprintf("/api/v1/domains/%d", id), nil, 200)["domain"].(map[string]any)
 	if dom["status"] != "verified" || dom["tracking"].(map[string]any)["custom_domain_status"] != "verified" {
 		t.Fatalf("domain after verify: %v", dom)
 	}
 
 	// A tracked email through the stack: its link points at the custom
 	// domain.
-	sendKey := s.call("POST", "/api/v1/credentials", map[string]any{"sending_domain_id": id, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
-	emailID := s.callAs(sendKey, "POST", "/api/v1/emails", map[string]any{
+	sendKey := callMap(s.api(), "POST", "/api/v1/credentials", map[string]any{"sending_domain_id": id, "label": "app", "permissions": []string{"send"}}, 201)["secret_key"].(string)
+	emailID := callMap(s.api().as(sendKey), "POST", "/api/v1/emails", map[string]any{
 		"from":    "shop@shop.example",
 		"to":      "ok@rcpt.example",
 		"subject": "Your order",
@@ -129,7 +126,7 @@ func TestTrackingCustomDomainHTTPS(t *testing.T) {
 		"html":    `<p>See <a href="` + strings.ReplaceAll(original, "&", "&amp;") + `">your order</a>.</p>`,
 	}, 202)["email"].(map[string]any)["id"].(string)
 	testenv.Eventually(t, 60*time.Second, "email sent", func() bool {
-		return s.callAs(sendKey, "GET", "/api/v1/emails/"+emailID, nil, 200)["email"].(map[string]any)["status"] == "sent"
+		return callMap(s.api().as(sendKey), "GET", "/api/v1/emails/"+emailID, nil, 200)["email"].(map[string]any)["status"] == "sent"
 	})
 	msgs := mx.received("ok@rcpt.example")
 	if len(msgs) != 1 {
@@ -206,10 +203,10 @@ func TestTrackingCustomDomainHTTPS(t *testing.T) {
 	other := *s
 	other.adminKey = otherKey
 	otherID, _, _ := verifiedDomain(t, &other, "other-shop.example")
-	other.call("PATCH", fmt.Sprintf("/api/v1/domains/%d/tracking", otherID), map[string]any{"custom_domain": otherCustom}, 200)
+	callMap(other.api(), "PATCH", fmt.Sprintf("/api/v1/domains/%d/tracking", otherID), map[string]any{"custom_domain": otherCustom}, 200)
 	s.customer.Add(t, otherCustom+". 300 IN CNAME "+trackingHost+".")
 	testenv.Eventually(t, 30*time.Second, "other custom tracking domain verified", func() bool {
-		rs := other.call("POST", fmt.Sprintf("/api/v1/domains/%d/verify", otherID), nil, 200)["dns_records"].([]any)
+		rs := callMap(other.api(), "POST", fmt.Sprintf("/api/v1/domains/%d/verify", otherID), nil, 200)["dns_records"].([]any)
 		return len(rs) == 5 && rs[4].(map[string]any)["status"] == "verified"
 	})
 	onOther := strings.Replace(clickURL, "https://"+custom+"/", "https://"+otherCustom+"/", 1)
@@ -235,11 +232,11 @@ func TestTrackingCustomDomainHTTPS(t *testing.T) {
 
 	// The shop removes its custom domain: record 5 goes, and neither process
 	// completes a handshake for it any more, certificate in the cache or not.
-	removed := s.call("PATCH", fmt.Sprintf("/api/v1/domains/%d/tracking", id), map[string]any{"custom_domain": nil}, 200)
+	removed := callMap(s.api(), "PATCH", fmt.Sprintf("/api/v1/domains/%d/tracking", id), map[string]any{"custom_domain": nil}, 200)
 	if tr := removed["domain"].(map[string]any)["tracking"].(map[string]any); tr["custom_domain"] != nil || tr["custom_domain_status"] != nil || tr["clicks"] != true {
 		t.Fatalf("tracking after removing the custom domain: %v", tr)
 	}
-	if rs := s.call("GET", fmt.Sprintf("/api/v1/domains/%d/dns-records", id), nil, 200)["dns_records"].([]any); len(rs) != 4 {
+	if rs := callMap(s.api(), "GET", fmt.Sprintf("/api/v1/domains/%d/dns-records", id), nil, 200)["dns_records"].([]any); len(rs) != 4 {
 		t.Fatalf("records after removing the custom domain: %v", rs)
 	}
 	for _, addr := range tlsAddrs {
@@ -390,4 +387,13 @@ func (n *newlineStripper) Read(p []byte) (int, error) {
 		}
 	}
 	return len(out), err
+}
+
+// callMap is the typed client's do, into a map: this test reads parts of
+// answers (tracking, record 5) field by field.
+func callMap(c *apiClient, method, path string, body any, want int) map[string]any {
+	c.t.Helper()
+	var out map[string]any
+	c.do(method, path, body, want, &out)
+	return out
 }

@@ -12,7 +12,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -117,25 +116,16 @@ func TestWorkerKilledMidDelivery(t *testing.T) {
 	const events = 200
 	rcv, caFile := startHookReceiver(t)
 
-	dbURL, temporalAddr := testenv.PostgresURL(t), testenv.Temporal(t)
-	httpAddr, internalAddr := testenv.FreeAddr(t), testenv.FreeAddr(t)
-	env := []string{
-		"MAILYARD_DATABASE_URL=" + dbURL,
-		"TEMPORAL_ADDRESS=" + temporalAddr,
-		"MAILYARD_ENCRYPTION_KEY=" + testEncryptionKey,
-		"MAILYARD_INTERNAL_TOKEN=e2e-internal-token",
-		"MAILYARD_HTTP_ADDR=" + httpAddr,
-		"MAILYARD_INTERNAL_ADDR=" + internalAddr,
-		"MAILYARD_DNS_ADDR=" + testenv.FreeAddr(t),
+	// The worker starts after the webhook exists, and again after the kill.
+	s := startStack(t, topology{sharedTemporal: true, noWorker: true, noDNS: true, env: []string{
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
 		// The worker trusts the receiver's test CA the way an operator adds
 		// a private CA: through Go's standard variable.
 		"SSL_CERT_FILE=" + caFile,
-	}
-	s := &stack{t: t, env: env, apiURL: "http://" + httpAddr, temporal: temporalAddr, databaseURL: dbURL}
-	s.run("migrate")
-	s.adminKey = regexp.MustCompile(`myk_[0-9A-Za-z]+`).FindString(s.run("org", "create", "acme"))
-	st := testenv.OpenStore(t, dbURL)
+	}})
+	env, internalAddr := s.env, s.internal[0]
+	testenv.WaitListening(t, internalAddr, 30*time.Second)
+	st := testenv.OpenStore(t, s.databaseURL)
 	org, err := st.OrganizationByName(context.Background(), "acme")
 	if err != nil {
 		t.Fatal(err)
@@ -144,13 +134,10 @@ func TestWorkerKilledMidDelivery(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	testenv.Start(t, env, "api")
-	testenv.WaitListening(t, httpAddr, 30*time.Second)
-	testenv.WaitListening(t, internalAddr, 30*time.Second)
 	const urlToken = "url-query-token-7f3a"
-	created := s.call("POST", "/api/v1/webhooks", map[string]any{"url": rcv.URL + "/hook?token=" + urlToken, "event_types": []string{"delivered"}}, 201)
-	rcv.secret = created["signing_secret"].(string)
-	webhookID := int64(created["webhook"].(map[string]any)["id"].(float64))
+	created := s.api().createWebhook(rcv.URL+"/hook?token="+urlToken, "delivered")
+	rcv.secret = created.SigningSecret
+	webhookID := created.Webhook.ID
 
 	worker := testenv.Start(t, env, "worker")
 
@@ -200,7 +187,7 @@ func TestWorkerKilledMidDelivery(t *testing.T) {
 		probe = id
 		break
 	}
-	scanned := scanHistories(t, temporalAddr, probe, forbidden)
+	scanned := scanHistories(t, s.temporal, probe, forbidden)
 	if scanned < events {
 		t.Fatalf("scanned %d histories, want at least %d", scanned, events)
 	}
@@ -220,10 +207,7 @@ func eventBody(i int) []byte {
 func ingest(t *testing.T, internalAddr string, i int) []string {
 	body := eventBody(i)
 	for try := 0; ; try++ {
-		req, _ := http.NewRequest("POST", "http://"+internalAddr+"/internal/v1/events", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer e2e-internal-token")
-		req.Header.Set("Content-Type", "application/json")
-		res, err := http.DefaultClient.Do(req)
+		res, err := http.DefaultClient.Do(internalAPI(t, internalAddr).ingestRequest(body))
 		if err != nil {
 			t.Error(err)
 			return nil

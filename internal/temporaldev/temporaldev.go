@@ -33,6 +33,9 @@ type Options struct {
 	Headless   bool   // no Web UI (tests)
 	Output     io.Writer
 	Namespaces []string
+	// DynamicConfig are KEY=VALUE settings of the server's dynamic config
+	// (--dynamic-config-value; VALUE is JSON, e.g. a "5s" duration).
+	DynamicConfig []string
 }
 
 // Server is a running dev server.
@@ -113,6 +116,9 @@ func start(ctx context.Context, o Options) (*Server, error) {
 	}
 	if o.DBFile != "" {
 		args = append(args, "--db-filename", o.DBFile)
+	}
+	for _, kv := range o.DynamicConfig {
+		args = append(args, "--dynamic-config-value", kv)
 	}
 	s := &Server{Address: net.JoinHostPort(o.IP, strconv.Itoa(o.Port)), done: make(chan error, 1)}
 	if o.Headless {

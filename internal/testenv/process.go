@@ -27,7 +27,8 @@ var (
 // Binary builds the mailyard command once per test process and returns its path.
 // Under the race detector (go test -race) it is built with -race as well, so a
 // data race in the api, worker or dns process fails the test that ran it (see
-// checkRace).
+// checkRace). It is built with the mailyard_testhooks tag: cmd/mailyard/testhooks.go
+// lets a test shorten a wait inside the Temporal SDK through the environment.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -39,7 +40,7 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "mailyard")
-		args := []string{"build", "-o", binPath}
+		args := []string{"build", "-tags", "mailyard_testhooks", "-o", binPath}
 		if raceEnabled {
 			args = append(args, "-race")
 		}
