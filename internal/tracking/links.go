@@ -34,10 +34,6 @@ type Settings struct {
 	Opens, Clicks, Unsubscribe bool
 }
 
-// Any reports whether anything is tracked: the email is then sent as one
-// message per recipient.
-func (s Settings) Any() bool { return s.Opens || s.Clicks || s.Unsubscribe }
-
 // Links mints the tracking links of recipients.
 type Links struct {
 	Keys *tracktoken.Keys
