@@ -155,16 +155,15 @@ func (a *Inbound) apply(ctx context.Context, report *bouncereport.Report, email 
 
 // applyUnsubscribe does for each valid unsubscribe+<token> address the
 // message was sent to what the one-click POST does; a token that is not
-// valid changes nothing. The local part's case may have been changed on the
-// way, and tokens are lower case.
+// valid changes nothing.
 func (a *Inbound) applyUnsubscribe(ctx context.Context, recipients []string) (int, error) {
 	n := 0
 	for _, r := range recipients {
-		local, _, _ := strings.Cut(r, "@")
-		if len(local) <= len(bouncetag.UnsubscribePrefix) || !strings.EqualFold(local[:len(bouncetag.UnsubscribePrefix)], bouncetag.UnsubscribePrefix) {
+		raw, ok := bouncetag.UnsubscribeToken(r)
+		if !ok {
 			continue
 		}
-		tok, err := a.Tokens.Parse(tracktoken.Unsubscribe, strings.ToLower(local[len(bouncetag.UnsubscribePrefix):]))
+		tok, err := a.Tokens.Parse(tracktoken.Unsubscribe, raw)
 		if err != nil {
 			continue
 		}
@@ -392,7 +391,7 @@ func findRecipient(recipients []store.EmailRecipient, addrs ...string) *store.Em
 // address of the bounce host.
 func toUnsubscribe(recipients []string) bool {
 	for _, r := range recipients {
-		if len(r) > len(bouncetag.UnsubscribePrefix) && strings.EqualFold(r[:len(bouncetag.UnsubscribePrefix)], bouncetag.UnsubscribePrefix) {
+		if _, ok := bouncetag.UnsubscribeToken(r); ok {
 			return true
 		}
 	}

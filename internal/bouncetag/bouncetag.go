@@ -27,6 +27,24 @@ const (
 	UnsubscribePrefix = "unsubscribe+"
 )
 
+// UnsubscribeAddress is the mailto: address of one-click unsubscribe for
+// token at the bounce host.
+func UnsubscribeAddress(token, bounceHost string) string {
+	return UnsubscribePrefix + token + "@" + bounceHost
+}
+
+// UnsubscribeToken returns the token of an unsubscribe+<token> address (or
+// local part), in lower case: mail systems may change the case of a local
+// part, and tokens are minted in lower case. ok is false for any other
+// address.
+func UnsubscribeToken(addr string) (token string, ok bool) {
+	local, _, _ := strings.Cut(addr, "@")
+	if len(local) <= len(UnsubscribePrefix) || !strings.EqualFold(local[:len(UnsubscribePrefix)], UnsubscribePrefix) {
+		return "", false
+	}
+	return strings.ToLower(local[len(UnsubscribePrefix):]), true
+}
+
 // localPrefix starts the local part of every envelope sender.
 const localPrefix = "bounces+"
 

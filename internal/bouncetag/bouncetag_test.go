@@ -90,3 +90,22 @@ func FuzzEmailID(f *testing.F) {
 		}
 	})
 }
+
+func TestUnsubscribeAddressAndToken(t *testing.T) {
+	addr := UnsubscribeAddress("abc234", "bounces.example")
+	if addr != "unsubscribe+abc234@bounces.example" {
+		t.Fatal(addr)
+	}
+	for in, want := range map[string]string{
+		addr: "abc234", "UNSUBSCRIBE+ABC234@Bounces.Example": "abc234", "unsubscribe+abc234": "abc234",
+	} {
+		if got, ok := UnsubscribeToken(in); !ok || got != want {
+			t.Errorf("UnsubscribeToken(%q) = %q, %v", in, got, ok)
+		}
+	}
+	for _, in := range []string{"unsubscribe+@bounces.example", "fbl@bounces.example", "unsubscribe@x", ""} {
+		if got, ok := UnsubscribeToken(in); ok {
+			t.Errorf("UnsubscribeToken(%q) = %q, true", in, got)
+		}
+	}
+}

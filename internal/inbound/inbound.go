@@ -91,9 +91,8 @@ func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 		return ErrNoSuchRecipient
 	}
 	if strings.EqualFold(domain, s.b.BounceHost) {
-		lower := strings.ToLower(local)
-		if lower == bouncetag.FeedbackLocal || (strings.HasPrefix(lower, bouncetag.UnsubscribePrefix) &&
-			unsubscribeToken.MatchString(local[len(bouncetag.UnsubscribePrefix):])) {
+		token, unsubscribe := bouncetag.UnsubscribeToken(local)
+		if strings.EqualFold(local, bouncetag.FeedbackLocal) || (unsubscribe && unsubscribeToken.MatchString(token)) {
 			s.recipients = append(s.recipients, to)
 			return nil
 		}

@@ -115,7 +115,7 @@ func (l *Links) Personalize(raw []byte, base string, s Settings, emailID uuid.UU
 	if s.Unsubscribe && !hasField(msg, "List-Unsubscribe") {
 		// RFC 8058: both fields, and the signature covers them
 		// (mailmsg.Sign lists them in h= when present).
-		mailto := "mailto:" + bouncetag.UnsubscribePrefix + unsubscribeToken + "@" + l.BounceHost
+		mailto := "mailto:" + bouncetag.UnsubscribeAddress(unsubscribeToken, l.BounceHost)
 		msg, err = trackmime.PrependFields(msg,
 			"List-Unsubscribe: <"+unsubscribeURL+">, <"+mailto+">",
 			"List-Unsubscribe-Post: List-Unsubscribe=One-Click")
