@@ -32,16 +32,10 @@ const (
 // ctx bounds the whole attempt: when it ends, open connections are closed
 // and the recipients not yet answered are Deferred.
 func (s *Sender) Send(ctx context.Context, from string, recipients []string, msg []byte) []Result {
-	results := make([]Result, len(recipients))
-	if _, err := addressDomain(from); err != nil {
-		// Our own mistake: no recipient should bounce (and be
-		// suppressed) for it.
-		o := deferred("invalid envelope sender: %v", err)
-		for i, rcpt := range recipients {
-			results[i] = o.result(rcpt)
-		}
-		return results
+	if bad := invalidSender(from, recipients); bad != nil {
+		return bad
 	}
+	results := make([]Result, len(recipients))
 
 	var batches []*batch
 	open := map[string]*batch{} // by domain (mx) or "" (relay): the batch being filled
@@ -89,14 +83,14 @@ type Envelope struct {
 // tracked email, docs/tracking.md): one transaction per recipient, as many
 // at once as Send runs. It returns one Result per envelope, in order.
 func (s *Sender) SendEach(ctx context.Context, from string, envs []Envelope) []Result {
-	results := make([]Result, len(envs))
-	if _, err := addressDomain(from); err != nil {
-		o := deferred("invalid envelope sender: %v", err)
-		for i, env := range envs {
-			results[i] = o.result(env.Recipient)
-		}
-		return results
+	rcpts := make([]string, len(envs))
+	for i, env := range envs {
+		rcpts[i] = env.Recipient
 	}
+	if bad := invalidSender(from, rcpts); bad != nil {
+		return bad
+	}
+	results := make([]Result, len(envs))
 	var batches []*batch
 	for i, env := range envs {
 		domain, err := addressDomain(env.Recipient)
@@ -108,6 +102,22 @@ func (s *Sender) SendEach(ctx context.Context, from string, envs []Envelope) []R
 			index: map[string][]int{env.Recipient: {i}}, msg: env.Message})
 	}
 	s.run(ctx, from, batches, results)
+	return results
+}
+
+// invalidSender answers every recipient deferred when from cannot be a
+// MAIL FROM, nil when it can. It is our own mistake: no recipient should
+// bounce (and be suppressed) for it.
+func invalidSender(from string, rcpts []string) []Result {
+	_, err := addressDomain(from)
+	if err == nil {
+		return nil
+	}
+	o := deferred("invalid envelope sender: %v", err)
+	results := make([]Result, len(rcpts))
+	for i, rcpt := range rcpts {
+		results[i] = o.result(rcpt)
+	}
 	return results
 }
 
