@@ -74,9 +74,8 @@ type Server struct {
 	// platform emits webhook.disabled when a webhook is disabled here.
 	platform *platformevents.Emitter
 
-	// tracking serves the tracking routes (nil without an encryption
-	// key); trackingQueue writes their events.
-	tracking        *tracking.Routes
+	// trackingHandler serves the tracking routes alone (nil without an
+	// encryption key); trackingQueue writes their events.
 	trackingHandler http.Handler
 	trackingQueue   *tracking.Queue
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/url"
-	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -175,20 +173,13 @@ func (s *Server) registerTrackingRoutes(mux *http.ServeMux) {
 		return // New checked the key's length already
 	}
 	s.trackingQueue = tracking.NewQueue(trackingQueueSize, s.logger)
-	var hosts []string
-	if u, err := url.Parse(s.cfg.Tracking.URL); err == nil && u.Hostname() != "" {
-		hosts = append(hosts, strings.ToLower(u.Hostname()))
-	}
-	if s.cfg.Tracking.Host != "" {
-		hosts = append(hosts, s.cfg.Tracking.Host)
-	}
-	s.tracking = &tracking.Routes{
-		Keys: keys, Store: s.store, Queue: s.trackingQueue, Hosts: hosts, Logger: s.logger,
+	routes := &tracking.Routes{
+		Keys: keys, Store: s.store, Queue: s.trackingQueue, Hosts: s.cfg.Tracking.Hosts(), Logger: s.logger,
 		Recorder: &tracking.Recorder{Store: s.store, Runs: s.deliveries},
 	}
-	s.tracking.Register(mux)
+	routes.Register(mux)
 	own := http.NewServeMux()
-	s.tracking.Register(own)
+	routes.Register(own)
 	s.trackingHandler = withMetrics(withRequestID(s.logger, own))
 }
 

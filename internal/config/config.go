@@ -385,6 +385,21 @@ type Tracking struct {
 	ACMEDirectory string
 	ACMEEmail     string
 	ACMECAFile    string
+
+	urlHost string // URL's host name
+}
+
+// Hosts are the host names tracking links use without a custom domain:
+// URL's, and Host when it differs.
+func (t Tracking) Hosts() []string {
+	var hosts []string
+	if t.urlHost != "" {
+		hosts = append(hosts, t.urlHost)
+	}
+	if t.Host != "" && t.Host != t.urlHost {
+		hosts = append(hosts, t.Host)
+	}
+	return hosts
 }
 
 // DefaultACMEDirectory is Let's Encrypt's production directory.
@@ -398,10 +413,10 @@ func (t *Tracking) load(str func(name, def string) string, addr func(name, def s
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 			errs = append(errs, fmt.Errorf("MAILYARD_TRACKING_URL: %q is not an http or https URL without query (e.g. https://t.example.com)", t.URL))
 		} else {
-			t.Host = u.Hostname()
+			t.urlHost = strings.ToLower(u.Hostname())
 		}
 	}
-	t.Host = strings.TrimSuffix(strings.ToLower(str("MAILYARD_TRACKING_HOST", t.Host)), ".")
+	t.Host = strings.TrimSuffix(strings.ToLower(str("MAILYARD_TRACKING_HOST", t.urlHost)), ".")
 	if t.TLSAddr = str("MAILYARD_TRACKING_TLS_ADDR", ""); t.TLSAddr != "" {
 		t.TLSAddr = addr("MAILYARD_TRACKING_TLS_ADDR", "")
 	}

@@ -261,3 +261,20 @@ func TestMetricsAddr(t *testing.T) {
 		t.Fatalf("9090: %v", err)
 	}
 }
+
+func TestTrackingHosts(t *testing.T) {
+	c, err := LoadFrom(env(map[string]string{"MAILYARD_TRACKING_URL": "https://T.Example.com/"}), Need{})
+	if err != nil || c.Tracking.URL != "https://T.Example.com" || c.Tracking.Host != "t.example.com" || strings.Join(c.Tracking.Hosts(), " ") != "t.example.com" {
+		t.Fatalf("%+v %v %v", c.Tracking, c.Tracking.Hosts(), err)
+	}
+	c, _ = LoadFrom(env(map[string]string{"MAILYARD_TRACKING_URL": "https://t.example.com", "MAILYARD_TRACKING_HOST": "cname.example.net."}), Need{})
+	if strings.Join(c.Tracking.Hosts(), " ") != "t.example.com cname.example.net" {
+		t.Fatalf("hosts %v", c.Tracking.Hosts())
+	}
+	if c, _ := LoadFrom(env(nil), Need{}); len(c.Tracking.Hosts()) != 0 {
+		t.Fatalf("hosts without tracking: %v", c.Tracking.Hosts())
+	}
+	if _, err := LoadFrom(env(map[string]string{"MAILYARD_TRACKING_URL": "ftp://t.example.com"}), Need{}); err == nil || !strings.Contains(err.Error(), "MAILYARD_TRACKING_URL") {
+		t.Fatalf("an ftp URL: %v", err)
+	}
+}
