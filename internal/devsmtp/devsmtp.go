@@ -39,9 +39,10 @@ type Server struct {
 // <email_id>.eml. The email id comes from the envelope sender
 // bounces+<email_id>.<tag>@..., the form Mailyard sends with; a message without
 // one gets a random name. Further messages of the same email (a tracked
-// email is one message per recipient) are <email_id>.2.eml, .3.eml, ... Files appear whole (written to a temporary file,
-// then renamed) and only their owner can read them (mode 0600): they hold
-// whatever personal data the messages do.
+// email is one message per recipient) are <email_id>.2.eml, .3.eml, ...
+// Files appear whole (written to a temporary file, then linked) and only
+// their owner can read them (mode 0600): they hold whatever personal data
+// the messages do.
 func Start(addr, dir string, logger *slog.Logger) (*Server, error) {
 	return StartWithReports(addr, dir, logger, nil)
 }
