@@ -21,8 +21,8 @@ import (
 func TestReplayRecordedHistories(t *testing.T) {
 	// v1: emails queued before scheduled sending; v2: before the local
 	// first attempt (scheduled, rescheduled and canceled emails among
-	// them); v3: the current code.
-	for _, v := range []string{"v1", "v2", "v3"} {
+	// them); v3: before one version marker; v4: the current code.
+	for _, v := range []string{"v1", "v2", "v3", "v4"} {
 		testenv.ReplayHistories(t, "testdata/email-delivery-"+v+"-*.json", 5, email.Workflow, email.WorkflowName)
 	}
 }
@@ -34,24 +34,35 @@ var (
 )
 
 // Each history holds the version its name claims, so every code path is
-// replayed: v1 files have no marker, v2 files version markers only, v3
-// files also the local activity's marker of the first attempt (or of the
-// prepare step alone).
+// replayed: v1 files have no marker; v2 files the version marker of
+// scheduled sending; v3 files also the one of the local first attempt and
+// the local activity's marker of that attempt (or of the prepare step
+// alone); v4 files one version marker for both changes.
 func TestHistoriesHoldTheirVersion(t *testing.T) {
 	files, _ := filepath.Glob("testdata/email-delivery-v*.json")
+	type shape struct {
+		versionMarkers int
+		local          bool
+	}
+	wants := map[string]shape{"v1": {0, false}, "v2": {1, false}, "v3": {2, true}, "v4": {1, true}}
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		versioned := versionMarker.Match(raw)
-		local := localActivityMarker.Match(raw)
-		want := map[string][2]bool{"v1": {false, false}, "v2": {true, false}, "v3": {true, true}}[strings.Split(filepath.Base(f), "-")[2]]
+		got := shape{len(versionMarker.FindAll(raw, -1)), localActivityMarker.Match(raw)}
+		version := strings.Split(filepath.Base(f), "-")[2]
+		want := wants[version]
 		if strings.HasSuffix(f, "-canceled.json") {
-			want[1] = false // canceled before its first attempt
+			// Canceled before its first attempt: no local activity,
+			// and in v3 no marker of the change it never reached.
+			want.local = false
+			if version == "v3" {
+				want.versionMarkers = 1
+			}
 		}
-		if [2]bool{versioned, local} != want {
-			t.Errorf("%s: version marker %v, local activity marker %v, want %v", f, versioned, local, want)
+		if got != want {
+			t.Errorf("%s: %+v, want %+v", f, got, want)
 		}
 	}
 }

@@ -53,9 +53,17 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	}
 	stepCtx := workflow.WithActivityOptions(ctx, stepOptions)
 
+	// A run started since one-version-marker takes every change before it
+	// at once, on one marker. Each workflow.GetVersion of a new run records
+	// a marker and upserts the TemporalChangeVersion search attribute,
+	// which the server writes to its visibility store: one per change, for
+	// every email, was the largest part of the server's work per email
+	// after the start itself. Runs from before keep the markers they have.
+	current := workflow.GetVersion(ctx, oneVersionMarkerChange, workflow.DefaultVersion, 1) == 1
+
 	// Scheduled sending came with version 1: emails queued before it have
 	// no marker here and go straight on, as they did.
-	if workflow.GetVersion(ctx, scheduledSendChange, workflow.DefaultVersion, 1) == 1 {
+	if current || workflow.GetVersion(ctx, scheduledSendChange, workflow.DefaultVersion, 1) == 1 {
 		canceled, err := waitUntilScheduled(ctx, stepCtx, in)
 		if err != nil || canceled {
 			return Result{Status: StatusCanceled}, err
@@ -70,7 +78,7 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	// heartbeat. Runs that began before keep the two steps.
 	var prep PrepareResult
 	pending, attempts, next := 0, 0, 0
-	if workflow.GetVersion(ctx, localFirstAttemptChange, workflow.DefaultVersion, 1) == 1 {
+	if current || workflow.GetVersion(ctx, localFirstAttemptChange, workflow.DefaultVersion, 1) == 1 {
 		send := jitter.Spread(schedule[0], in.EmailID, 1) == 0
 		var first FirstAttemptResult
 		lctx := workflow.WithLocalActivityOptions(ctx, firstAttemptOptions)
@@ -126,6 +134,11 @@ func logAttempt(ctx workflow.Context, emailID string, attempt int, r AttemptResu
 	workflow.GetLogger(ctx).Info("email attempt", "email_id", emailID, "attempt", attempt,
 		"delivered", r.Delivered, "bounced", r.Bounced, "deferred", r.Deferred, "pending", r.Pending)
 }
+
+// oneVersionMarkerChange is the workflow.GetVersion change id of the one
+// marker that stands for scheduledSendChange and localFirstAttemptChange in
+// the runs started since.
+const oneVersionMarkerChange = "one-version-marker"
 
 // localFirstAttemptChange is the workflow.GetVersion change id of the
 // first attempt made with the prepare step, as one local activity.
