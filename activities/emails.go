@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -96,34 +97,22 @@ func (a *Emails) prepare(ctx context.Context, emailID string) (email.PrepareResu
 	if err != nil {
 		return email.PrepareResult{}, nil, err
 	}
-	// A scheduled email's time has come (the workflow waited for it).
-	if err := a.Store.StartSending(ctx, e.ID); err != nil {
-		return email.PrepareResult{}, nil, err
-	}
-	total, err := a.Store.RecipientCount(ctx, e.ID)
+	recipients, err := a.Store.RecipientsForDelivery(ctx, e.ID)
 	if err != nil {
 		return email.PrepareResult{}, nil, err
 	}
-	err = a.Store.MarkEmailAccepted(ctx, e.ID, func(ctx context.Context, tx bun.IDB) error {
-		return store.CountEmailEvent(ctx, tx, e.OrganizationID, e.DomainID, store.StatAccepted, e.CreatedAt, total)
+	// A scheduled email's time has come (the workflow waited for it); its
+	// recipients are counted as accepted the first time it is prepared.
+	sender, err := a.Store.AcceptEmail(ctx, e.ID, a.Tags.Sender(e.ID, d.MailFromSubdomain), func(ctx context.Context, tx bun.IDB) error {
+		return store.CountEmailEvent(ctx, tx, e.OrganizationID, e.DomainID, store.StatAccepted, e.CreatedAt, len(recipients))
 	})
 	if err != nil {
 		return email.PrepareResult{}, nil, err
 	}
-
-	pending, err := a.Store.PendingRecipients(ctx, e.ID)
-	if err != nil {
-		return email.PrepareResult{}, nil, err
-	}
+	e.EnvelopeSender = &sender
+	pending := slices.DeleteFunc(recipients, func(r store.EmailRecipient) bool { return r.Final() })
 	if d.DeletedAt != nil {
 		return email.PrepareResult{}, nil, a.endAll(ctx, e, d, pending, reasonDomainDeleted)
-	}
-	if e.EnvelopeSender == nil {
-		sender, err := a.Store.SetEnvelopeSender(ctx, e.ID, a.Tags.Sender(e.ID, d.MailFromSubdomain))
-		if err != nil {
-			return email.PrepareResult{}, nil, err
-		}
-		e.EnvelopeSender = &sender
 	}
 	switch {
 	case e.ErasedAt != nil:
@@ -507,7 +496,7 @@ func (a *Emails) settle(ctx context.Context, emailID string) error {
 
 // settleEmail is settle for any step that records an email's outcomes.
 func settleEmail(ctx context.Context, st *store.Store, runs *deliveryruns.Runs, emailID string) error {
-	if _, err := st.FinishEmailIfDone(ctx, emailID); err != nil {
+	if err := st.FinishEmailIfDone(ctx, emailID); err != nil {
 		return err
 	}
 	return emailevent.StartDeliveries(ctx, st, runs, emailID)

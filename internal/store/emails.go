@@ -212,13 +212,6 @@ func (s *Store) CancelEmail(ctx context.Context, id string) error {
 	return err
 }
 
-// StartSending moves a scheduled email to queued once its time has come.
-func (s *Store) StartSending(ctx context.Context, id string) error {
-	_, err := s.DB.NewUpdate().Model((*Email)(nil)).Set("status = ?", EmailQueued).
-		Where("id = ?", id).Where("status = ?", EmailScheduled).Exec(ctx)
-	return err
-}
-
 // DeleteUnstartedEmail removes an email whose workflow could not be started,
 // so a request answered 503 leaves nothing behind. Nothing refers to it yet:
 // events and statistics are written only by the workflow's steps. An email a
@@ -329,19 +322,20 @@ func (s *Store) EmailForDelivery(ctx context.Context, id string) (*Email, *Domai
 }
 
 // SaveSignedMessage stores the signed message of an email unless one is
-// already stored, and returns the one stored either way: a step retried
-// after a crash sends what the first run stored, so every attempt sends the
-// same bytes.
+// already stored, and returns the one stored either way (nil once erased):
+// a step retried after a crash sends what the first run stored, so every
+// attempt sends the same bytes.
 func (s *Store) SaveSignedMessage(ctx context.Context, id string, signed []byte, selector string) ([]byte, error) {
-	_, err := s.DB.NewUpdate().Model((*Email)(nil)).
-		Set("signed_message = ?", signed).Set("dkim_selector = ?", selector).
-		Where("id = ?", id).Where("signed_message IS NULL").Where("erased_at IS NULL").Exec(ctx)
-	if err != nil {
-		return nil, err
-	}
 	var stored []byte
-	err = s.DB.NewSelect().Model((*Email)(nil)).Column("signed_message").Where("id = ?", id).Scan(ctx, &stored)
-	return stored, notFound(err, "email")
+	// The selector is the stored message's: set with it, kept with it.
+	_, err := s.DB.NewUpdate().Model((*Email)(nil)).
+		Set("dkim_selector = CASE WHEN signed_message IS NULL THEN ? ELSE dkim_selector END", selector).
+		Set("signed_message = COALESCE(signed_message, ?)", signed).
+		Where("id = ?", id).Where("erased_at IS NULL").Returning("signed_message").Exec(ctx, &stored)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	return stored, err
 }
 
 // SetEnvelopeSender stores the envelope sender of an email unless one is
@@ -357,26 +351,39 @@ func (s *Store) SetEnvelopeSender(ctx context.Context, id, sender string) (strin
 	return stored, notFound(err, "email")
 }
 
-// MarkEmailAccepted records that the email's recipients were counted as
-// accepted, and runs count in the same transaction only the first time.
-func (s *Store) MarkEmailAccepted(ctx context.Context, id string, count func(context.Context, bun.IDB) error) error {
-	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		res, err := tx.NewUpdate().Model((*Email)(nil)).Set("accepted_at = ?", now()).
-			Where("id = ?", id).Where("accepted_at IS NULL").Exec(ctx)
-		if err != nil {
-			return err
+// AcceptEmail is the first delivery step's one write before the message
+// is built: a scheduled email whose time has come becomes queued, the
+// envelope sender is stored unless one is (emails sent before tags keep
+// theirs), and the first time only, the email is marked accepted and count
+// runs in the same transaction. It returns the envelope sender stored.
+func (s *Store) AcceptEmail(ctx context.Context, id, envelopeSender string, count func(context.Context, bun.IDB) error) (string, error) {
+	var stored string
+	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		// The update locks the row, so a second run of the step reads
+		// accepted_at only once the first has committed.
+		var acceptedAt *time.Time
+		err := tx.NewUpdate().Model((*Email)(nil)).
+			Set("status = CASE WHEN status = ? THEN ? ELSE status END", EmailScheduled, EmailQueued).
+			Set("envelope_sender = COALESCE(envelope_sender, ?)", envelopeSender).
+			Where("id = ?", id).Returning("envelope_sender, accepted_at").Scan(ctx, &stored, &acceptedAt)
+		if err != nil || acceptedAt != nil {
+			return notFound(err, "email")
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return nil
+		if _, err := tx.NewUpdate().Model((*Email)(nil)).Set("accepted_at = ?", now()).Where("id = ?", id).Exec(ctx); err != nil {
+			return err
 		}
 		return count(ctx, tx)
 	})
+	return stored, err
 }
 
-// RecipientCount is how many envelope recipients an email has.
-func (s *Store) RecipientCount(ctx context.Context, emailID string) (int, error) {
-	n, err := s.DB.NewSelect().Model((*EmailRecipient)(nil)).Where("email_id = ?", emailID).Count(ctx)
-	return int(n), err
+// RecipientsForDelivery lists all of an email's recipients in request
+// order, with their messages (a tracked email's): the first delivery step
+// counts them all and sends to those not final.
+func (s *Store) RecipientsForDelivery(ctx context.Context, emailID string) ([]EmailRecipient, error) {
+	var rows []EmailRecipient
+	err := s.DB.NewSelect().Model(&rows).Where("email_id = ?", emailID).OrderExpr("position").Scan(ctx)
+	return rows, err
 }
 
 // PendingRecipients lists the recipients an attempt still sends to.
@@ -464,17 +471,13 @@ func (s *Store) changeRecipientFrom(ctx context.Context, emailID string, from []
 	return changed, err
 }
 
-// FinishEmailIfDone marks the email sent once no recipient is pending, and
-// reports whether it is sent.
-func (s *Store) FinishEmailIfDone(ctx context.Context, emailID string) (bool, error) {
-	pending, err := s.DB.NewSelect().Model((*EmailRecipient)(nil)).Where("email_id = ?", emailID).
-		Where("status IN (?)", bun.List(pendingRecipientStatuses)).Count(ctx)
-	if err != nil || pending > 0 {
-		return false, err
-	}
-	_, err = s.DB.NewUpdate().Model((*Email)(nil)).Set("status = ?", EmailSent).Set("sent_at = ?", now()).
-		Where("id = ?", emailID).Where("status = ?", EmailQueued).Exec(ctx)
-	return err == nil, err
+// FinishEmailIfDone marks the email sent once no recipient is pending.
+func (s *Store) FinishEmailIfDone(ctx context.Context, emailID string) error {
+	pending := s.DB.NewSelect().Model((*EmailRecipient)(nil)).ColumnExpr("1").Where("email_id = ?", emailID).
+		Where("status IN (?)", bun.List(pendingRecipientStatuses))
+	_, err := s.DB.NewUpdate().Model((*Email)(nil)).Set("status = ?", EmailSent).Set("sent_at = ?", now()).
+		Where("id = ?", emailID).Where("status = ?", EmailQueued).Where("NOT EXISTS (?)", pending).Exec(ctx)
+	return err
 }
 
 // EraseEmailContent erases the stored content and signed messages of an
