@@ -61,15 +61,27 @@ const StopTimeout = emailStopTimeout
 // failing with one it cannot recover from (the namespace not found, an
 // invalid argument, a server that refuses this SDK version) for two minutes.
 func workerOptions(stopTimeout time.Duration, fatal chan<- error) sdkworker.Options {
-	return sdkworker.Options{
-		WorkerStopTimeout: stopTimeout,
-		OnFatalError: func(err error) {
-			select {
-			case fatal <- err:
-			default: // one is enough to stop the process
-			}
-		},
+	o := PollerOptions()
+	o.WorkerStopTimeout = stopTimeout
+	o.OnFatalError = func(err error) {
+		select {
+		case fatal <- err:
+		default: // one is enough to stop the process
+		}
 	}
+	return o
+}
+
+// PollerOptions are how every worker fetches its tasks: as many long polls
+// as the backlog needs, scaled by the SDK on the server's hints, instead of
+// the SDK's fixed two per kind of task. Two polls cap a worker at what two
+// round trips to the server can fetch: the email worker, whose workflow
+// tasks carry the first attempt, reached about two thirds of the
+// throughput that enough polls give (README, "Benchmarks"). The
+// benchmarks' baseline workers take the same options.
+func PollerOptions() sdkworker.Options {
+	scaled := sdkworker.NewPollerBehaviorAutoscaling(sdkworker.PollerBehaviorAutoscalingOptions{})
+	return sdkworker.Options{WorkflowTaskPollerBehavior: scaled, ActivityTaskPollerBehavior: scaled}
 }
 
 // Run starts every worker and blocks until ctx ends, then stops them

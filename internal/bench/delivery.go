@@ -141,7 +141,7 @@ func benchDelivery(ctx context.Context, out io.Writer) error {
 	}
 
 	fmt.Fprintln(out, "-- on the real Temporal server v1.29 (bin/temporal-server, PostgreSQL persistence and visibility, 4 history shards)")
-	prod, err := withRealTemporal(ctx, func(addr string) (deliveryFigures, error) { return measureDelivery(ctx, out, addr, bin) })
+	prod, err := withRealTemporal(ctx, func(addr string, _ int) (deliveryFigures, error) { return measureDelivery(ctx, out, addr, bin) })
 	if err != nil {
 		return err
 	}
@@ -167,34 +167,36 @@ func benchDelivery(ctx context.Context, out io.Writer) error {
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
 
-// withRealTemporal runs f against the real Temporal server on two throwaway
-// PostgreSQL databases, stopped and dropped afterwards.
-func withRealTemporal(ctx context.Context, f func(addr string) (deliveryFigures, error)) (deliveryFigures, error) {
+// withRealTemporal runs f against the real Temporal server (its address and
+// process id) on two throwaway PostgreSQL databases, stopped and dropped
+// afterwards.
+func withRealTemporal[F any](ctx context.Context, f func(addr string, pid int) (F, error)) (F, error) {
+	var none F
 	persistence, dropPersistence, err := throwawayDatabase(ctx)
 	if err != nil {
-		return deliveryFigures{}, err
+		return none, err
 	}
 	defer dropPersistence()
 	visibility, dropVisibility, err := throwawayDatabase(ctx)
 	if err != nil {
-		return deliveryFigures{}, err
+		return none, err
 	}
 	defer dropVisibility()
 	dir, err := os.MkdirTemp("", "mailyard-bench-temporal-")
 	if err != nil {
-		return deliveryFigures{}, err
+		return none, err
 	}
 	defer os.RemoveAll(dir)
 	// More connections than the tests' default: the benchmark runs alone.
 	srv, err := temporalserver.New(ctx, temporalserver.Options{Persistence: persistence, Visibility: visibility, Dir: dir, MaxConns: 10})
 	if err != nil {
-		return deliveryFigures{}, err
+		return none, err
 	}
 	if err := srv.Start(ctx); err != nil {
-		return deliveryFigures{}, err
+		return none, err
 	}
 	defer srv.Stop()
-	return f(srv.Address)
+	return f(srv.Address, srv.Pid())
 }
 
 // measureDelivery measures on the Temporal server at temporalAddr, with a store
@@ -235,7 +237,7 @@ func measureDelivery(ctx context.Context, out io.Writer, temporalAddr, mailyardB
 		return fig, err
 	}
 	defer tc.Close()
-	w := sdkworker.New(tc, delivery.TaskQueue, sdkworker.Options{})
+	w := sdkworker.New(tc, delivery.TaskQueue, worker.PollerOptions())
 	worker.RegisterWebhooks(w, &activities.Webhooks{Store: st, Box: box, Client: httpClient})
 	if err := w.Start(); err != nil {
 		return fig, err
@@ -246,7 +248,7 @@ func measureDelivery(ctx context.Context, out io.Writer, temporalAddr, mailyardB
 			w.Stop()
 		}
 	}()
-	ceiling := sdkworker.New(tc, ceilingQueue, sdkworker.Options{})
+	ceiling := sdkworker.New(tc, ceilingQueue, worker.PollerOptions())
 	ceilingBody, _ := webhook.BuildBody("delivered", time.Now(), uuid.NewString(), "someone@customer.example", "Your receipt")
 	registerCeiling(ceiling, func(ctx context.Context, id string) error {
 		out := webhook.Send(ctx, httpClient, webhook.Delivery{URL: rsrv.URL + "/ceiling", Secret: benchSecret, ID: id, EventType: "delivered", Body: ceilingBody})

@@ -44,7 +44,7 @@ import (
 // The email benchmark's sizes keep it under about two minutes on a 2-core
 // machine, where the dev server sends a few dozen emails per second.
 const (
-	emailSaturation      = 150 // emails per saturation run
+	emailSaturation      = 300 // emails per saturation run
 	emailRounds          = 2
 	emailPlainSends      = 2000
 	emailAlone           = 15 // emails sent one at a time
@@ -68,23 +68,71 @@ var benchEmailRequest = mailmsg.Request{
 	Headers: map[string]string{"X-Order": "4711"},
 }
 
-// benchEmail measures sending end to end on a Temporal dev server and
-// PostgreSQL, in relay mode to a go-smtp server on loopback: saturation (the
-// API answering 32 clients at once) beside the one-activity ceiling doing the
-// same SMTP send of the same signed message, plain SMTP sends without
-// Temporal, and the latency from the API's 202 to the server's 250, one email
-// at a time and at 20 emails/s.
+// benchEmail measures sending end to end, in relay mode to a go-smtp server
+// on loopback, on a Temporal dev server and again on the real Temporal
+// server with PostgreSQL persistence: saturation (the API answering 32
+// clients at once) beside the one-activity ceiling doing the same SMTP send
+// of the same signed message, with the CPU each spends per email; plain SMTP
+// sends without Temporal; and the latency from the API's 202 to the
+// server's 250, one email at a time and at 20 emails/s. SMTP submission is
+// measured on the dev server.
 func benchEmail(ctx context.Context, out io.Writer) error {
 	began := time.Now()
 	fmt.Fprintln(out, "\n== email sending (end to end: API → workflow → DKIM-signed SMTP; MAILYARD_SMTP_MODE=relay to a go-smtp server on loopback, no STARTTLS) ==")
+	fmt.Fprintf(out, "load average at the start: %s\n", loadAverage())
+	fmt.Fprintln(out, "-- on the Temporal dev server (temporal server start-dev, in memory)")
 	tsrv, err := temporaldev.Start(ctx, temporaldev.Options{Headless: true})
 	if err != nil {
 		return err
 	}
-	defer tsrv.Stop()
-	st, done, err := benchStore(ctx)
+	dev, err := measureEmail(ctx, out, tsrv.Address, tsrv.Pid(), true)
+	tsrv.Stop()
 	if err != nil {
 		return err
+	}
+	fmt.Fprintln(out, "-- on the real Temporal server v1.29 (bin/temporal-server, PostgreSQL persistence and visibility, 4 history shards)")
+	prod, err := withRealTemporal(ctx, func(addr string, pid int) (emailFigures, error) { return measureEmail(ctx, out, addr, pid, false) })
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(out, "\n%-62s %14s %14s\n", "email sending", "dev server", "real server")
+	row := func(name, unit string, dev, prod float64) {
+		fmt.Fprintf(out, "%-62s %11.1f %-2s %11.1f %-2s\n", name, dev, unit, prod, unit)
+	}
+	row("plain SMTP sends of the signed message, no Temporal", "/s", dev.plain, prod.plain)
+	row("ceiling (1 workflow + 1 activity, same SMTP send)", "/s", dev.ceiling, prod.ceiling)
+	row(fmt.Sprintf("saturation, %d emails, %d concurrent POSTs: mailyard", emailSaturation, senders), "/s", dev.saturation, prod.saturation)
+	row("  mailyard / ceiling (goal ≥ 130)", "%", 100*dev.saturation/dev.ceiling, 100*prod.saturation/prod.ceiling)
+	row("  CPU per email: ceiling", "ms", ms(dev.ceilingCPU.total()), ms(prod.ceilingCPU.total()))
+	row("  CPU per email: mailyard", "ms", ms(dev.emailCPU.total()), ms(prod.emailCPU.total()))
+	row("    of which this process (API and worker)", "ms", ms(dev.emailCPU.self), ms(prod.emailCPU.self))
+	row("    of which the Temporal server", "ms", ms(dev.emailCPU.temporal), ms(prod.emailCPU.temporal))
+	row("    of which PostgreSQL (the real server's persistence too)", "ms", ms(dev.emailCPU.postgres), ms(prod.emailCPU.postgres))
+	row(fmt.Sprintf("one email at a time (%d), API 202 → SMTP 250, p50", emailAlone), "ms", ms(dev.aloneP50), ms(prod.aloneP50))
+	row(fmt.Sprintf("%d emails/s for %s, API 202 → SMTP 250, p50 (goal < 100)", emailLatencyRate, emailLatencyDuration), "ms", ms(dev.p50), ms(prod.p50))
+	row("  p90", "ms", ms(dev.p90), ms(prod.p90))
+	row("  p99 (goal < 250)", "ms", ms(dev.p99), ms(prod.p99))
+	fmt.Fprintf(out, "load average at the end: %s\n", loadAverage())
+	fmt.Fprintf(out, "email benchmark took %s\n", time.Since(began).Round(time.Second))
+	return nil
+}
+
+// emailFigures are one Temporal server's email measurements.
+type emailFigures struct {
+	plain, ceiling, saturation float64 // per second
+	ceilingCPU, emailCPU       cpuSample
+	aloneP50, p50, p90, p99    time.Duration
+}
+
+// measureEmail measures on the Temporal server at temporalAddr (process
+// temporalPid), with a store on a throwaway PostgreSQL database; with
+// submission, SMTP submission too.
+func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, temporalPid int, submission bool) (emailFigures, error) {
+	var fig emailFigures
+	st, done, err := benchStore(ctx)
+	if err != nil {
+		return fig, err
 	}
 	defer done()
 
@@ -92,7 +140,7 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 	var unsigned atomic.Int64
 	sink, err := startSink(rcv, &unsigned)
 	if err != nil {
-		return err
+		return fig, err
 	}
 	defer sink.Close()
 
@@ -108,24 +156,24 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 	}
 	cfg, err := config.LoadFrom(func(name string) string { return env[name] }, config.Need{})
 	if err != nil {
-		return err
+		return fig, err
 	}
 	cfg.EncryptionKey = key
 	sendKey, signer, err := seedSendingDomain(ctx, st, box)
 	if err != nil {
-		return err
+		return fig, err
 	}
 	// The sender the worker builds from this configuration.
 	sender, err := worker.NewSender(worker.Deps{Config: cfg})
 	if err != nil {
-		return err
+		return fig, err
 	}
 	// The plain sends and the ceiling send one message, built and signed
 	// as Prepare does; only the envelope sender changes, so the sink can
 	// tell the sends apart.
 	signed, err := signBenchMessage(signer)
 	if err != nil {
-		return err
+		return fig, err
 	}
 	sendSigned := func(ctx context.Context, id string) error {
 		res := sender.Send(ctx, tags.Sender(id, emailMailFrom), benchEmailRequest.To, signed)
@@ -135,19 +183,20 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 		return nil
 	}
 
-	tc, err := client.Dial(client.Options{HostPort: tsrv.Address, Logger: quietSDK{}})
+	tc, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietSDK{}})
 	if err != nil {
-		return err
+		return fig, err
 	}
 	defer tc.Close()
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
-	w := sdkworker.New(tc, email.TaskQueue, sdkworker.Options{})
+	// Both workers poll as the product's workers do.
+	w := sdkworker.New(tc, email.TaskQueue, worker.PollerOptions())
 	worker.RegisterEmails(w, &activities.Emails{Store: st, Box: box, Tags: tags, Sender: sender, Runs: &deliveryruns.Runs{Temporal: tc, Logger: discard}})
-	ceiling := sdkworker.New(tc, emailCeilingQueue, sdkworker.Options{})
+	ceiling := sdkworker.New(tc, emailCeilingQueue, worker.PollerOptions())
 	registerCeiling(ceiling, sendSigned)
 	for _, wk := range []sdkworker.Worker{w, ceiling} {
 		if err := wk.Start(); err != nil {
-			return err
+			return fig, err
 		}
 		defer wk.Stop()
 	}
@@ -159,68 +208,67 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 	defer public.Close()
 	poster, err := newEmailPoster(public.URL+"/api/v1/emails", sendKey)
 	if err != nil {
-		return err
+		return fig, err
 	}
 
-	plain, err := measurePlainSMTP(ctx, rcv, sendSigned)
-	if err != nil {
-		return err
+	if fig.plain, err = measurePlainSMTP(ctx, rcv, sendSigned); err != nil {
+		return fig, err
 	}
-	fmt.Fprintf(out, "plain SMTP sends of the signed message (no Temporal, %d concurrent):   %8.0f /s\n", senders, plain)
 
 	// Warm up both paths so connection set-up and caches are not measured.
 	if _, err := runCeiling(ctx, tc, emailCeilingQueue, rcv, 20); err != nil {
-		return err
+		return fig, err
 	}
 	if _, err := runEmails(ctx, poster, rcv, 20); err != nil {
-		return err
+		return fig, err
 	}
 
 	// Measured alternately and averaged, as the delivery benchmark does: the
-	// dev server's throughput drifts between runs on a 2-core machine.
-	var ceil, sat float64
+	// throughput drifts between runs on a 2-core machine. The CPU of each
+	// run is read until its last workflow task has run.
+	cpu := cpuSampler{temporalPid: temporalPid}
 	for round := range emailRounds {
 		waitEmailsIdle(ctx, st)
+		before := cpu.sample()
 		c, err := runCeiling(ctx, tc, emailCeilingQueue, rcv, emailSaturation)
 		if err != nil {
-			return err
+			return fig, err
 		}
 		waitIdle(ctx, tc, ceilingRunning)
+		between := cpu.sample()
 		m, err := runEmails(ctx, poster, rcv, emailSaturation)
 		if err != nil {
-			return err
+			return fig, err
 		}
+		waitEmailsIdle(ctx, st)
+		after := cpu.sample()
 		fmt.Fprintf(out, "  round %d: mailyard %6.1f /s   ceiling %6.1f /s\n", round+1, m, c)
-		ceil += c / emailRounds
-		sat += m / emailRounds
+		fig.ceiling += c / emailRounds
+		fig.saturation += m / emailRounds
+		fig.ceilingCPU = fig.ceilingCPU.add(between.sub(before).per(emailSaturation * emailRounds))
+		fig.emailCPU = fig.emailCPU.add(after.sub(between).per(emailSaturation * emailRounds))
 	}
-	fmt.Fprintf(out, "saturation, %d emails, %d concurrent POSTs:   mailyard %6.1f emails/s   ceiling (1 workflow + 1 activity, same SMTP send) %6.1f /s   = %3.0f %% (goal ≥ 130 %%)\n",
-		emailSaturation, senders, sat, ceil, 100*sat/ceil)
 
 	waitEmailsIdle(ctx, st)
 	alone, err := emailAloneLatency(ctx, poster, rcv)
 	if err != nil {
-		return err
+		return fig, err
 	}
-	fmt.Fprintf(out, "latency, one email at a time (%d), API 202 → SMTP 250:   p50 %4.0f ms   max %4.0f ms\n",
-		len(alone), ms(percentile(alone, 50)), ms(alone[len(alone)-1]))
+	fig.aloneP50 = percentile(alone, 50)
 	lat, err := emailLatency(ctx, poster, rcv)
 	if err != nil {
-		return err
+		return fig, err
 	}
-	fmt.Fprintf(out, "latency, %d emails/s for %s, API 202 → SMTP 250:   p50 %4.0f ms (goal < 100)   p90 %4.0f ms   p99 %4.0f ms (goal < 250)\n",
-		emailLatencyRate, emailLatencyDuration, ms(percentile(lat, 50)), ms(percentile(lat, 90)), ms(percentile(lat, 99)))
-	if err := measureSubmission(ctx, out, st, tc, "bench@"+emailDomain, sendKey, rcv); err != nil {
-		return err
+	fig.p50, fig.p90, fig.p99 = percentile(lat, 50), percentile(lat, 90), percentile(lat, 99)
+	if submission {
+		if err := measureSubmission(ctx, out, st, tc, "bench@"+emailDomain, sendKey, rcv); err != nil {
+			return fig, err
+		}
 	}
 	if n := unsigned.Load(); n > 0 {
-		return fmt.Errorf("%d messages reached the SMTP server without a DKIM signature", n)
+		return fig, fmt.Errorf("%d messages reached the SMTP server without a DKIM signature", n)
 	}
-	if sat < emailLatencyRate {
-		fmt.Fprintf(out, "  (%d/s is above the saturation rate measured above: emails queue up, and the latency is mostly the queue's)\n", emailLatencyRate)
-	}
-	fmt.Fprintf(out, "email benchmark took %s\n", time.Since(began).Round(time.Second))
-	return nil
+	return fig, nil
 }
 
 // seedSendingDomain makes an organization with a verified domain, its active

@@ -99,9 +99,9 @@ func benchInbound(ctx context.Context, out io.Writer) error {
 	defer tc.Close()
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	runs := &deliveryruns.Runs{Temporal: tc, Store: st, Logger: discard}
-	ew := sdkworker.New(tc, email.TaskQueue, sdkworker.Options{})
+	ew := sdkworker.New(tc, email.TaskQueue, worker.PollerOptions())
 	worker.RegisterInbound(ew, &activities.Inbound{Store: st, Runs: runs, Logger: discard})
-	dw := sdkworker.New(tc, delivery.TaskQueue, sdkworker.Options{})
+	dw := sdkworker.New(tc, delivery.TaskQueue, worker.PollerOptions())
 	worker.RegisterWebhooks(dw, &activities.Webhooks{Store: st, Box: box, Client: httpClient})
 	for _, w := range []sdkworker.Worker{ew, dw} {
 		if err := w.Start(); err != nil {

@@ -1,7 +1,8 @@
 // Command bench measures Mailyard (`make bench`). Every figure is printed beside a
 // baseline measured in the same run on the same machine; nothing is asserted.
 //
-// -only runs some of the benchmarks: `go run ./internal/bench -only email`.
+// -only runs some of the benchmarks: `go run ./internal/bench -only email`;
+// -cpuprofile writes where this process spent its CPU, for `go tool pprof`.
 package main
 
 import (
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"slices"
 	"strings"
 )
@@ -30,6 +32,7 @@ func main() {
 		names = append(names, b.name)
 	}
 	only := flag.String("only", "", "comma-separated benchmarks to run, of "+strings.Join(names, ", ")+" (default: all)")
+	cpuProfile := flag.String("cpuprofile", "", "write this process's CPU profile (API, workers, clients) to the file")
 	flag.Parse()
 	var chosen []string
 	if *only != "" {
@@ -42,6 +45,18 @@ func main() {
 		}
 	}
 
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: -cpuprofile: %v\n", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	for _, b := range benches {
@@ -50,6 +65,7 @@ func main() {
 		}
 		if err := b.run(ctx); err != nil {
 			fmt.Fprintf(os.Stderr, "bench %s: %v\n", b.name, err)
+			pprof.StopCPUProfile()
 			os.Exit(1)
 		}
 	}

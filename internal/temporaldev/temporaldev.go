@@ -198,6 +198,14 @@ func (s *Server) waitHealthy(ctx context.Context, limit time.Duration) error {
 	}
 }
 
+// Pid is the server's process id (the benchmarks read its CPU time).
+func (s *Server) Pid() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Stop ends the server gracefully (SIGTERM, then SIGKILL after 10 s) and waits.
 func (s *Server) Stop() {
 	if s.cmd == nil || s.cmd.Process == nil {

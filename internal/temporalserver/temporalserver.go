@@ -180,6 +180,15 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
+// Pid is the server's process id, 0 when it is not running (the
+// benchmarks read its CPU time).
+func (s *Server) Pid() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
 // Stop ends the server as an operator's restart would (SIGTERM, SIGKILL after
 // 30 s) and waits for it; the databases stay.
 func (s *Server) Stop() {
