@@ -61,6 +61,11 @@ func serveAPI(ctx context.Context, cfg *config.Config, st *store.Store, tc clien
 	return serveAPIWith(ctx, cfg, st, tc, logger, false)
 }
 
+// testEmailSchedule replaces the email retry schedule in the binary the
+// tests build with the mailyard_testhooks tag (testhooks.go); nil, the
+// default schedule, in every binary that ships.
+var testEmailSchedule []time.Duration
+
 // serveAPIWith is serveAPI; eager starts delivery workflows with eager
 // workflow start, for a process whose workers share tc (`mailyard dev`).
 func serveAPIWith(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger, eager bool) error {
@@ -68,7 +73,8 @@ func serveAPIWith(ctx context.Context, cfg *config.Config, st *store.Store, tc c
 	if err != nil {
 		return err
 	}
-	srv := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: logger, Verifier: verifier, EagerDeliveryStart: eager})
+	srv := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: logger, Verifier: verifier, EagerDeliveryStart: eager,
+		EmailSchedule: testEmailSchedule})
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { srv.Run(ctx); return nil })
 	g.Go(func() error { return serveHTTP(ctx, "api", cfg.HTTPAddr, srv.Handler(), logger) })

@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"strings"
 	"time"
 	_ "unsafe" // go:linkname
 
@@ -31,15 +32,34 @@ func setRetryLongPollGracePeriod(time.Duration)
 // minutes for the same path through the SDK and worker.Run.
 const testPollGraceEnv = "MAILYARD_TEST_POLL_GRACE"
 
+// testEmailScheduleEnv replaces the email retry schedule of the API a test
+// starts (comma-separated waits, e.g. "0s,2s,2s"): the end-to-end test of a
+// 451 retried on the schedule's second step waits seconds, not the minute
+// of the default schedule, which the workflow's own tests cover.
+const testEmailScheduleEnv = "MAILYARD_TEST_EMAIL_SCHEDULE"
+
 func init() {
-	v := os.Getenv(testPollGraceEnv)
-	if v == "" {
-		return
+	if v := os.Getenv(testPollGraceEnv); v != "" {
+		setRetryLongPollGracePeriod(positiveDuration(testPollGraceEnv, v))
 	}
+	if v := os.Getenv(testEmailScheduleEnv); v != "" {
+		for _, wait := range strings.Split(v, ",") {
+			d := time.Duration(0)
+			if wait != "0s" && wait != "0" {
+				d = positiveDuration(testEmailScheduleEnv, wait)
+			}
+			testEmailSchedule = append(testEmailSchedule, d)
+		}
+	}
+}
+
+// positiveDuration parses a hook's duration, or ends the process: a test
+// that mistypes one learns it at once.
+func positiveDuration(env, v string) time.Duration {
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
-		fmt.Fprintf(os.Stderr, "%s=%q: not a positive duration\n", testPollGraceEnv, v)
+		fmt.Fprintf(os.Stderr, "%s=%q: not a positive duration\n", env, v)
 		os.Exit(2)
 	}
-	setRetryLongPollGracePeriod(d)
+	return d
 }
