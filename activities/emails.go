@@ -103,8 +103,9 @@ func (a *Emails) prepare(ctx context.Context, emailID string) (email.PrepareResu
 	}
 	// A scheduled email's time has come (the workflow waited for it); its
 	// recipients are counted as accepted the first time it is prepared.
+	total := len(recipients)
 	sender, err := a.Store.AcceptEmail(ctx, e.ID, a.Tags.Sender(e.ID, d.MailFromSubdomain), func(ctx context.Context, tx bun.IDB) error {
-		return store.CountEmailEvent(ctx, tx, e.OrganizationID, e.DomainID, store.StatAccepted, e.CreatedAt, len(recipients))
+		return store.CountEmailEvent(ctx, tx, e.OrganizationID, e.DomainID, store.StatAccepted, e.CreatedAt, total)
 	})
 	if err != nil {
 		return email.PrepareResult{}, nil, err
