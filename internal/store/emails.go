@@ -185,6 +185,13 @@ func (s *Store) CreateEmails(ctx context.Context, emails []NewEmail) error {
 			rows = append(rows, EmailRecipient{EmailID: e.ID, Position: pos, Address: addr, Status: RecipientQueued, UpdatedAt: at})
 		}
 	}
+	// Without a commit hook, PostgreSQL stores the emails and their
+	// recipients in one statement, all or nothing on its own: one round trip
+	// instead of four (BEGIN, two INSERTs, COMMIT) on the API's hot path.
+	if s.IsPostgres() && !hasCommitHook(ctx) {
+		_, err := s.DB.NewInsert().With("new_emails", s.DB.NewInsert().Model(&models)).Model(&rows).Exec(ctx)
+		return err
+	}
 	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		if _, err := tx.NewInsert().Model(&models).Exec(ctx); err != nil {
 			return err
@@ -306,19 +313,21 @@ func (s *Store) recipientsOf(ctx context.Context, ids []string) (map[string][]Em
 	return out, nil
 }
 
+// emailWithDomain is an email joined with its domain.
+type emailWithDomain struct {
+	Email  `bun:",extend"`
+	Domain *Domain `bun:"rel:belongs-to,join:domain_id=id"`
+}
+
 // EmailForDelivery reads an email with its content and signed message, and
-// its domain, for the delivery steps. A deleted email (its workflow started
-// but the API answered 503) is ErrNotFound.
+// its domain, for the delivery steps, in one query. A deleted email (its
+// workflow started but the API answered 503) is ErrNotFound.
 func (s *Store) EmailForDelivery(ctx context.Context, id string) (*Email, *Domain, error) {
-	e := new(Email)
-	if err := s.DB.NewSelect().Model(e).Where("id = ?", id).Scan(ctx); err != nil {
+	row := new(emailWithDomain)
+	if err := s.DB.NewSelect().Model(row).Relation("Domain").Where("?TableAlias.id = ?", id).Scan(ctx); err != nil {
 		return nil, nil, notFound(err, "email")
 	}
-	d := new(Domain)
-	if err := s.DB.NewSelect().Model(d).Where("id = ?", e.DomainID).Scan(ctx); err != nil {
-		return nil, nil, err
-	}
-	return e, d, nil
+	return &row.Email, row.Domain, nil
 }
 
 // SaveSignedMessage stores the signed message of an email unless one is
