@@ -129,27 +129,13 @@ func benchDelivery(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	defer cleanup()
-	fmt.Fprintln(out, "-- on the Temporal dev server (temporal server start-dev, in memory)")
-	tsrv, err := temporaldev.Start(ctx, temporaldev.Options{Headless: true})
+	dev, prod, err := onBothServers(ctx, out, func(addr string, _ int, _ bool) (deliveryFigures, error) {
+		return measureDelivery(ctx, out, addr, bin)
+	})
 	if err != nil {
 		return err
 	}
-	dev, err := measureDelivery(ctx, out, tsrv.Address, bin)
-	tsrv.Stop()
-	if err != nil {
-		return err
-	}
-
-	fmt.Fprintln(out, "-- on the real Temporal server v1.29 (bin/temporal-server, PostgreSQL persistence and visibility, 4 history shards)")
-	prod, err := withRealTemporal(ctx, func(addr string, _ int) (deliveryFigures, error) { return measureDelivery(ctx, out, addr, bin) })
-	if err != nil {
-		return err
-	}
-
-	fmt.Fprintf(out, "\n%-62s %14s %14s\n", "webhook delivery", "dev server", "real server")
-	row := func(name, unit string, dev, prod float64) {
-		fmt.Fprintf(out, "%-62s %11.1f %-2s %11.1f %-2s\n", name, dev, unit, prod, unit)
-	}
+	row := sideBySide(out, "webhook delivery")
 	row("plain signed POSTs, no Temporal", "/s", dev.plain, prod.plain)
 	row("ceiling (1 workflow + 1 activity, same POST)", "/s", dev.ceiling, prod.ceiling)
 	row(fmt.Sprintf("saturation, %d events at once: mailyard", saturationEvents), "/s", dev.saturation, prod.saturation)
@@ -166,6 +152,34 @@ func benchDelivery(ctx context.Context, out io.Writer) error {
 }
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
+
+// onBothServers runs measure on a Temporal dev server, then on the real
+// Temporal server, each with its address and process id, and returns both
+// results (dev, then real); first is set for the dev server's run.
+func onBothServers[F any](ctx context.Context, out io.Writer, measure func(addr string, pid int, first bool) (F, error)) (dev, prod F, err error) {
+	fmt.Fprintln(out, "-- on the Temporal dev server (temporal server start-dev, in memory)")
+	tsrv, err := temporaldev.Start(ctx, temporaldev.Options{Headless: true})
+	if err != nil {
+		return dev, prod, err
+	}
+	dev, err = measure(tsrv.Address, tsrv.Pid(), true)
+	tsrv.Stop()
+	if err != nil {
+		return dev, prod, err
+	}
+	fmt.Fprintln(out, "-- on the real Temporal server v1.29 (bin/temporal-server, PostgreSQL persistence and visibility, 4 history shards)")
+	prod, err = withRealTemporal(ctx, func(addr string, pid int) (F, error) { return measure(addr, pid, false) })
+	return dev, prod, err
+}
+
+// sideBySide prints the heading of a two-column table and returns its row
+// printer: a figure on the dev server and on the real server.
+func sideBySide(out io.Writer, title string) func(name, unit string, dev, prod float64) {
+	fmt.Fprintf(out, "\n%-62s %14s %14s\n", title, "dev server", "real server")
+	return func(name, unit string, dev, prod float64) {
+		fmt.Fprintf(out, "%-62s %11.1f %-2s %11.1f %-2s\n", name, dev, unit, prod, unit)
+	}
+}
 
 // withRealTemporal runs f against the real Temporal server (its address and
 // process id) on two throwaway PostgreSQL databases, stopped and dropped

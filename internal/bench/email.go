@@ -36,7 +36,6 @@ import (
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/smtpsend"
 	"github.com/mailyard/mailyard/internal/store"
-	"github.com/mailyard/mailyard/internal/temporaldev"
 	"github.com/mailyard/mailyard/worker"
 	"github.com/mailyard/mailyard/workflows/email"
 )
@@ -80,26 +79,14 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 	began := time.Now()
 	fmt.Fprintln(out, "\n== email sending (end to end: API → workflow → DKIM-signed SMTP; MAILYARD_SMTP_MODE=relay to a go-smtp server on loopback, no STARTTLS) ==")
 	fmt.Fprintf(out, "load average at the start: %s\n", loadAverage())
-	fmt.Fprintln(out, "-- on the Temporal dev server (temporal server start-dev, in memory)")
-	tsrv, err := temporaldev.Start(ctx, temporaldev.Options{Headless: true})
+	// SMTP submission is measured on the dev server only.
+	dev, prod, err := onBothServers(ctx, out, func(addr string, pid int, first bool) (emailFigures, error) {
+		return measureEmail(ctx, out, addr, pid, first)
+	})
 	if err != nil {
 		return err
 	}
-	dev, err := measureEmail(ctx, out, tsrv.Address, tsrv.Pid(), true)
-	tsrv.Stop()
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(out, "-- on the real Temporal server v1.29 (bin/temporal-server, PostgreSQL persistence and visibility, 4 history shards)")
-	prod, err := withRealTemporal(ctx, func(addr string, pid int) (emailFigures, error) { return measureEmail(ctx, out, addr, pid, false) })
-	if err != nil {
-		return err
-	}
-
-	fmt.Fprintf(out, "\n%-62s %14s %14s\n", "email sending", "dev server", "real server")
-	row := func(name, unit string, dev, prod float64) {
-		fmt.Fprintf(out, "%-62s %11.1f %-2s %11.1f %-2s\n", name, dev, unit, prod, unit)
-	}
+	row := sideBySide(out, "email sending")
 	row("plain SMTP sends of the signed message, no Temporal", "/s", dev.plain, prod.plain)
 	row("ceiling (1 workflow + 1 activity, same SMTP send)", "/s", dev.ceiling, prod.ceiling)
 	row(fmt.Sprintf("saturation, %d emails, %d concurrent POSTs: mailyard", emailSaturation, senders), "/s", dev.saturation, prod.saturation)

@@ -55,10 +55,11 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 
 	// A run started since one-version-marker takes every change before it
 	// at once, on one marker. Each workflow.GetVersion of a new run records
-	// a marker and upserts the TemporalChangeVersion search attribute,
-	// which the server writes to its visibility store: one per change, for
-	// every email, was the largest part of the server's work per email
-	// after the start itself. Runs from before keep the markers they have.
+	// a marker and an upsert of the TemporalChangeVersion search attribute,
+	// two history events per change that the server persists for every
+	// email: one marker instead of two takes an email's history from 21
+	// events to 19 (deploy/README.md, "Sizing"). Runs from before keep the
+	// markers they have.
 	current := workflow.GetVersion(ctx, oneVersionMarkerChange, workflow.DefaultVersion, 1) == 1
 
 	// Scheduled sending came with version 1: emails queued before it have
