@@ -19,6 +19,7 @@ import (
 
 	gosmtp "github.com/emersion/go-smtp"
 	"github.com/google/uuid"
+	"github.com/uptrace/bun"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
@@ -186,7 +187,7 @@ func seedDeliveredEmails(ctx context.Context, st *store.Store, tags *bouncetag.T
 		if err := st.CreateEmail(ctx, e, []string{fmt.Sprintf(inboundRecipientFmt, i)}); err != nil {
 			return nil, err
 		}
-		sender, err := st.SetEnvelopeSender(ctx, id, tags.Sender(id, inboundMailFrom))
+		sender, err := st.AcceptEmail(ctx, id, tags.Sender(id, inboundMailFrom), func(context.Context, bun.IDB) error { return nil })
 		if err != nil {
 			return nil, err
 		}

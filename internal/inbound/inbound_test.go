@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/uptrace/bun"
 	"go.temporal.io/sdk/client"
 
 	"github.com/mailyard/mailyard/internal/bouncetag"
@@ -120,7 +121,7 @@ func TestRecipientsAreTheStoredEnvelopeSenders(t *testing.T) {
 		t.Fatal(err)
 	}
 	// As the migration left an email sent before tags.
-	if _, err := st.SetEnvelopeSender(ctx, old, bouncetag.Untagged(old, "mail.shop.example")); err != nil {
+	if _, err := st.AcceptEmail(ctx, old, bouncetag.Untagged(old, "mail.shop.example"), func(context.Context, bun.IDB) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	dead, _ := client.NewLazyClient(client.Options{HostPort: testenv.FreeAddr(t)})

@@ -347,19 +347,6 @@ func (s *Store) SaveSignedMessage(ctx context.Context, id string, signed []byte,
 	return stored, err
 }
 
-// SetEnvelopeSender stores the envelope sender of an email unless one is
-// stored already (emails sent before tags keep theirs), and returns the one
-// stored either way.
-func (s *Store) SetEnvelopeSender(ctx context.Context, id, sender string) (string, error) {
-	if _, err := s.DB.NewUpdate().Model((*Email)(nil)).Set("envelope_sender = ?", sender).
-		Where("id = ?", id).Where("envelope_sender IS NULL").Exec(ctx); err != nil {
-		return "", err
-	}
-	var stored string
-	err := s.DB.NewSelect().Model((*Email)(nil)).Column("envelope_sender").Where("id = ?", id).Scan(ctx, &stored)
-	return stored, notFound(err, "email")
-}
-
 // AcceptEmail is the first delivery step's one write before the message
 // is built: a scheduled email whose time has come becomes queued, the
 // envelope sender is stored unless one is (emails sent before tags keep

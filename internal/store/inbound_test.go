@@ -98,7 +98,7 @@ func TestReviseRecipientOnce(t *testing.T) {
 }
 
 // The envelope sender is stored once; a retried step gets the first one.
-func TestSetEnvelopeSenderFirstWins(t *testing.T) {
+func TestEmailEnvelopeFirstSenderWins(t *testing.T) {
 	testenv.Dialects(t, func(t *testing.T, url string) {
 		ctx := context.Background()
 		st := testenv.OpenStore(t, url)
@@ -106,7 +106,7 @@ func TestSetEnvelopeSenderFirstWins(t *testing.T) {
 		domain := newDomain(t, st, org, "x.example", store.DomainVerified)
 		id := newEmail(t, st, org, domain, "ada@r.example")
 		for _, try := range []string{"bounces+" + id + ".aaaaaaaa@mail.x.example", "bounces+" + id + ".bbbbbbbb@mail.x.example"} {
-			got, err := st.SetEnvelopeSender(ctx, id, try)
+			got, err := st.AcceptEmail(ctx, id, try, func(context.Context, bun.IDB) error { return nil })
 			if err != nil || got != "bounces+"+id+".aaaaaaaa@mail.x.example" {
 				t.Fatalf("stored %q, %v", got, err)
 			}
