@@ -29,6 +29,8 @@ import (
 // them. Each step is retried while BIND is down and completes once it is back;
 // BIND then serves exactly the keys the database says.
 func TestFaultBINDStoppedDuringLifecycle(t *testing.T) {
+	// It mostly waits, and runs beside the other waiting tests (doc.go).
+	t.Parallel()
 	const zone = "dkim.mailyard.test"
 	bind := testenv.StartBIND(t, zone)
 	s := startStack(t, topology{env: []string{
@@ -146,6 +148,8 @@ func TestFaultBINDStoppedDuringLifecycle(t *testing.T) {
 // seconds: the hanging attempts starve nobody. Every delivery arrives with its
 // own id, and again only with the same bytes.
 func TestFaultWebhookReceiversHang(t *testing.T) {
+	// It mostly waits, and runs beside the other waiting tests (doc.go).
+	t.Parallel()
 	const events = 30
 	healthy, caFile := startHookReceiver(t)
 	silent := startBadReceiver(t, "", "")
