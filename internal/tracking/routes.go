@@ -76,8 +76,7 @@ func (rt *Routes) open(w http.ResponseWriter, r *http.Request) {
 func (rt *Routes) click(w http.ResponseWriter, r *http.Request) {
 	tok, err := rt.Keys.Parse(tracktoken.Click, r.PathValue("token"))
 	if err != nil {
-		metrics.CountTrackingRequest("click", "invalid")
-		rt.page(w, http.StatusNotFound, pageUnknownLink, "")
+		rt.unknownLink(w, "click", "invalid")
 		return
 	}
 	target, err := rt.Store.ClickTarget(r.Context(), tok.EmailID.String(), tok.Link)
@@ -87,13 +86,11 @@ func (rt *Routes) click(w http.ResponseWriter, r *http.Request) {
 			rt.page(w, http.StatusServiceUnavailable, pageUnavailable, "")
 			return
 		}
-		metrics.CountTrackingRequest("click", "unknown")
-		rt.page(w, http.StatusNotFound, pageUnknownLink, "")
+		rt.unknownLink(w, "click", "unknown")
 		return
 	}
 	if !rt.hostAllowed(r, target.TrackingDomain) || !redirectable(target.URL) {
-		metrics.CountTrackingRequest("click", "unknown")
-		rt.page(w, http.StatusNotFound, pageUnknownLink, "")
+		rt.unknownLink(w, "click", "unknown")
 		return
 	}
 	metrics.CountTrackingRequest("click", "ok")
@@ -107,12 +104,18 @@ func (rt *Routes) click(w http.ResponseWriter, r *http.Request) {
 	rt.Queue.Add(func(ctx context.Context) error { return rt.Recorder.Click(ctx, tok, link, ua) })
 }
 
+// unknownLink answers a token that is not valid, or names nothing that may be
+// followed, with the same 404 page, and counts it under the route and outcome.
+func (rt *Routes) unknownLink(w http.ResponseWriter, route, outcome string) {
+	metrics.CountTrackingRequest(route, outcome)
+	rt.page(w, http.StatusNotFound, pageUnknownLink, "")
+}
+
 // unsubscribePage asks for confirmation and changes nothing: link scanners
 // fetch every link of a message.
 func (rt *Routes) unsubscribePage(w http.ResponseWriter, r *http.Request) {
 	if _, err := rt.Keys.Parse(tracktoken.Unsubscribe, r.PathValue("token")); err != nil {
-		metrics.CountTrackingRequest("unsubscribe_page", "invalid")
-		rt.page(w, http.StatusNotFound, pageUnknownLink, "")
+		rt.unknownLink(w, "unsubscribe_page", "invalid")
 		return
 	}
 	metrics.CountTrackingRequest("unsubscribe_page", "ok")
@@ -123,8 +126,7 @@ func (rt *Routes) unsubscribePage(w http.ResponseWriter, r *http.Request) {
 func (rt *Routes) unsubscribe(w http.ResponseWriter, r *http.Request) {
 	tok, err := rt.Keys.Parse(tracktoken.Unsubscribe, r.PathValue("token"))
 	if err != nil {
-		metrics.CountTrackingRequest("unsubscribe", "invalid")
-		rt.page(w, http.StatusNotFound, pageUnknownLink, "")
+		rt.unknownLink(w, "unsubscribe", "invalid")
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
