@@ -37,5 +37,5 @@ func TestDocsNeedNoKey(t *testing.T) {
 	for _, path := range []string{"/docs/", "/docs/assets/", "/docs/assets/000000000000/web-components.min.js"} {
 		h.do(http.MethodGet, path, "", nil).expectError(t, http.StatusNotFound, "not_found")
 	}
-	h.do(http.MethodPost, "/docs", "", nil).expectError(t, http.StatusMethodNotAllowed, "method_not_allowed")
+	h.do(http.MethodPost, "/docs", "", nil).expectError(t, http.StatusNotFound, "not_found")
 }

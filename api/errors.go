@@ -20,7 +20,6 @@ const (
 	CodeUnauthorized          = apperr.Unauthorized
 	CodeForbidden             = apperr.Forbidden
 	CodeNotFound              = apperr.NotFound
-	CodeMethodNotAllowed      = apperr.MethodNotAllowed
 	CodeDomainExists          = apperr.DomainExists
 	CodeDomainNotVerified     = apperr.DomainNotVerified
 	CodeEmailNotScheduled     = apperr.EmailNotScheduled
@@ -48,7 +47,6 @@ var httpStatusByCode = map[string]int{
 	apperr.Unauthorized:          http.StatusUnauthorized,
 	apperr.Forbidden:             http.StatusForbidden,
 	apperr.NotFound:              http.StatusNotFound,
-	apperr.MethodNotAllowed:      http.StatusMethodNotAllowed,
 	apperr.Conflict:              http.StatusConflict,
 	apperr.DomainExists:          http.StatusConflict,
 	apperr.DomainNotVerified:     http.StatusConflict,
@@ -80,8 +78,6 @@ func codeForStatus(status int) string {
 		return CodeForbidden
 	case http.StatusNotFound:
 		return CodeNotFound
-	case http.StatusMethodNotAllowed:
-		return CodeMethodNotAllowed
 	case http.StatusConflict:
 		return CodeConflict
 	case http.StatusRequestEntityTooLarge:

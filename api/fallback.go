@@ -5,9 +5,11 @@ import (
 	"net/http"
 )
 
-// withEnvelopedFallbacks answers unknown routes (404) and wrong methods (405) with
-// the error envelope. ServeMux decides both; we ask it which case applies and write
-// our own body, keeping its Allow header.
+// withEnvelopedFallbacks answers unknown routes with the error envelope: 404
+// not_found. A route is a method and a path, so a path asked with a method it
+// does not take is an unknown route too (README, "Errors"); its answer keeps
+// the Allow header ServeMux computes, which tells the client the methods the
+// path does take. ServeMux decides which case applies; we write the body.
 func withEnvelopedFallbacks(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
@@ -19,8 +21,9 @@ func withEnvelopedFallbacks(mux *http.ServeMux) http.Handler {
 		h.ServeHTTP(probe, r)
 		switch probe.status {
 		case http.StatusMethodNotAllowed:
-			w.Header().Set("Allow", probe.header.Get("Allow"))
-			writeError(w, newError(CodeMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path))
+			allow := probe.header.Get("Allow")
+			w.Header().Set("Allow", allow)
+			writeError(w, notFoundError("route "+r.Method+" "+r.URL.Path+" (the path takes "+allow+")"))
 		case http.StatusNotFound:
 			writeError(w, notFoundError("route "+r.Method+" "+r.URL.Path))
 		default:

@@ -19,8 +19,7 @@ const (
 	BadRequest            = "bad_request"             // the request cannot be read (not JSON, wrong content type)
 	Unauthorized          = "unauthorized"            // no valid API key
 	Forbidden             = "forbidden"               // the key lacks the permission
-	NotFound              = "not_found"               // unknown route or id, or an id of another organization
-	MethodNotAllowed      = "method_not_allowed"      // wrong method for the route
+	NotFound              = "not_found"               // unknown route (method and path) or id, or an id of another organization
 	Conflict              = "conflict"                // the resource's state refuses the operation
 	DomainExists          = "domain_exists"           // the domain was already added to the organization
 	DomainNotVerified     = "domain_not_verified"     // the operation needs a verified domain
