@@ -134,10 +134,7 @@ func (a *Emails) prepare(ctx context.Context, emailID string) (email.PrepareResu
 	}
 	// A scheduled email's time has come (the workflow waited for it); its
 	// recipients are counted as accepted the first time it is prepared.
-	total := len(recipients)
-	sender, err := a.Store.AcceptEmail(ctx, e.ID, a.Tags.Sender(e.ID, d.MailFromSubdomain), func(ctx context.Context, tx bun.IDB) error {
-		return store.CountEmailEvent(ctx, tx, e.OrganizationID, e.DomainID, store.StatAccepted, e.CreatedAt, total)
-	})
+	sender, err := a.Store.AcceptEmail(ctx, e.ID, a.Tags.Sender(e.ID, d.MailFromSubdomain), len(recipients))
 	if err != nil {
 		return email.PrepareResult{}, nil, err
 	}
@@ -540,10 +537,11 @@ func (a *Emails) settle(ctx context.Context, emailID string) error {
 
 // settleEmail is settle for any step that records an email's outcomes.
 func settleEmail(ctx context.Context, st *store.Store, runs *deliveryruns.Runs, emailID string) error {
-	if err := st.FinishEmailIfDone(ctx, emailID); err != nil {
+	ids, err := st.SettleEmail(ctx, emailID)
+	if err != nil || len(ids) == 0 {
 		return err
 	}
-	return emailevent.StartDeliveries(ctx, st, runs, emailID)
+	return runs.StartFirst(ctx, ids)
 }
 
 // outcome is a recipient's final outcome as its event tells it.

@@ -19,7 +19,6 @@ import (
 
 	gosmtp "github.com/emersion/go-smtp"
 	"github.com/google/uuid"
-	"github.com/uptrace/bun"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
@@ -187,7 +186,7 @@ func seedDeliveredEmails(ctx context.Context, st *store.Store, tags *bouncetag.T
 		if err := st.CreateEmail(ctx, e, []string{fmt.Sprintf(inboundRecipientFmt, i)}); err != nil {
 			return nil, err
 		}
-		sender, err := st.AcceptEmail(ctx, id, tags.Sender(id, inboundMailFrom), func(context.Context, bun.IDB) error { return nil })
+		sender, err := st.AcceptEmail(ctx, id, tags.Sender(id, inboundMailFrom), 1)
 		if err != nil {
 			return nil, err
 		}

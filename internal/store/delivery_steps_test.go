@@ -2,6 +2,10 @@ package store_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,24 +33,59 @@ func TestDeliveryStepWritesAreIdempotent(t *testing.T) {
 		}
 
 		// AcceptEmail: the first envelope sender wins, the scheduled email
-		// is queued, and the count runs once.
-		counted := 0
-		count := func(context.Context, bun.IDB) error { counted++; return nil }
+		// is queued, and its recipients are counted as accepted once.
 		for _, try := range []string{"bounces+first@mail.x.example", "bounces+second@mail.x.example"} {
-			got, err := st.AcceptEmail(ctx, id, try, count)
+			got, err := st.AcceptEmail(ctx, id, try, 2)
 			if err != nil || got != "bounces+first@mail.x.example" {
 				t.Fatalf("AcceptEmail(%s) = %q, %v", try, got, err)
 			}
 		}
-		if counted != 1 {
-			t.Fatalf("count ran %d times, want once", counted)
+		if n := acceptedToday(t, st, org); n != 2 {
+			t.Fatalf("accepted %d, want 2", n)
 		}
 		e, _, err := st.EmailForDelivery(ctx, id)
 		if err != nil || e.Status != store.EmailQueued || e.AcceptedAt == nil {
 			t.Fatalf("after AcceptEmail: %+v, %v", e, err)
 		}
-		if _, err := st.AcceptEmail(ctx, uuid.Must(uuid.NewV7()).String(), "bounces+x@mail.x.example", count); err == nil {
-			t.Fatal("AcceptEmail of an unknown email succeeded")
+		if _, err := st.AcceptEmail(ctx, uuid.Must(uuid.NewV7()).String(), "bounces+x@mail.x.example", 1); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("AcceptEmail of an unknown email: %v, want not found", err)
+		}
+
+		// Runs of the step that start while another run's write is not
+		// yet committed wait for it, and then count nothing and keep its
+		// sender.
+		other := newEmail(t, st, org, domain, "cy@r.example")
+		first, err := st.DB.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := first.NewUpdate().Model((*store.Email)(nil)).Set("accepted_at = ?", time.Now()).
+			Set("envelope_sender = ?", "bounces+first@mail.x.example").Where("id = ?", other).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		senders := make([]string, 4)
+		var wg sync.WaitGroup
+		for i := range senders {
+			wg.Go(func() {
+				got, err := st.AcceptEmail(ctx, other, fmt.Sprintf("bounces+%d@mail.x.example", i), 3)
+				if err != nil {
+					t.Errorf("AcceptEmail run %d: %v", i, err)
+				}
+				senders[i] = got
+			})
+		}
+		time.Sleep(300 * time.Millisecond) // the runs are waiting
+		if err := first.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		for _, got := range senders {
+			if got != "bounces+first@mail.x.example" {
+				t.Fatalf("runs waiting for the first got senders %q", senders)
+			}
+		}
+		if n := acceptedToday(t, st, org); n != 2 {
+			t.Fatalf("accepted %d after the waiting runs, want 2", n)
 		}
 
 		// SaveSignedMessage: the first message and its selector are kept.
@@ -60,13 +99,13 @@ func TestDeliveryStepWritesAreIdempotent(t *testing.T) {
 			t.Fatalf("selector %v, want sel-1", e.DKIMSelector)
 		}
 
-		// FinishEmailIfDone: sent only once no recipient is pending.
+		// SettleEmail: sent only once no recipient is pending.
 		recipients, err := st.RecipientsForDelivery(ctx, id)
 		if err != nil || len(recipients) != 2 || recipients[0].Address != "ada@r.example" {
 			t.Fatalf("recipients %+v, %v", recipients, err)
 		}
 		for i, r := range recipients {
-			if err := st.FinishEmailIfDone(ctx, id); err != nil {
+			if _, err := st.SettleEmail(ctx, id); err != nil {
 				t.Fatal(err)
 			}
 			if e, _, _ := st.EmailForDelivery(ctx, id); e.Status != store.EmailQueued {
@@ -76,11 +115,42 @@ func TestDeliveryStepWritesAreIdempotent(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := st.FinishEmailIfDone(ctx, id); err != nil {
+		if _, err := st.SettleEmail(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 		if e, _, _ := st.EmailForDelivery(ctx, id); e.Status != store.EmailSent || e.SentAt == nil {
 			t.Fatalf("with none pending: status %s, sent at %v", e.Status, e.SentAt)
+		}
+
+		// ChangeRecipient: of runs at the same time, one makes the change
+		// and runs its effects, with the status the recipient had.
+		code := 451
+		if _, err := st.ChangeRecipient(ctx, other, store.RecipientChange{Position: 0, Status: store.RecipientDeferred, Attempted: true, SMTPCode: &code, Response: "451 later"}, nil); err != nil {
+			t.Fatal(err)
+		}
+		var effects atomic.Int32
+		var seen atomic.Value
+		for range 6 {
+			wg.Go(func() {
+				code := 250
+				change := store.RecipientChange{Position: 0, Status: store.RecipientDelivered, Attempted: true, SMTPCode: &code, Response: "250 ok"}
+				_, err := st.ChangeRecipient(ctx, other, change, func(_ context.Context, _ bun.IDB, before string) error {
+					effects.Add(1)
+					seen.Store(before)
+					return nil
+				})
+				if err != nil {
+					t.Errorf("ChangeRecipient: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		if effects.Load() != 1 || seen.Load() != store.RecipientDeferred {
+			t.Fatalf("effects ran %d times, with status before %v; want once, with deferred", effects.Load(), seen.Load())
+		}
+		rs, err := st.RecipientsForDelivery(ctx, other)
+		if err != nil || rs[0].Status != store.RecipientDelivered || rs[0].Attempts != 2 || rs[0].SMTPCode == nil || *rs[0].SMTPCode != 250 {
+			t.Fatalf("recipient after the change: %+v, %v", rs, err)
 		}
 
 		// Once erased, no message is stored again.
@@ -91,4 +161,15 @@ func TestDeliveryStepWritesAreIdempotent(t *testing.T) {
 			t.Fatalf("SaveSignedMessage after erasure = %q, %v", got, err)
 		}
 	})
+}
+
+// acceptedToday is the organization's accepted count of today (UTC).
+func acceptedToday(t *testing.T, st *store.Store, org int64) int64 {
+	t.Helper()
+	today := time.Now().UTC()
+	days, err := st.Stats(context.Background(), org, nil, today, today)
+	if err != nil || len(days) != 1 {
+		t.Fatalf("stats: %+v, %v", days, err)
+	}
+	return days[0].Accepted
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/schema"
 )
 
 // StatCounter names one counter of the daily rollup (a column of
@@ -106,13 +107,19 @@ func CountEmailEvent(ctx context.Context, db bun.IDB, orgID, domainID int64, cou
 	if n == 0 {
 		return nil
 	}
-	col := bun.Ident(string(counter))
-	_, err := db.NewRaw(
-		"INSERT INTO email_stats_daily (organization_id, domain_id, day, ?) VALUES (?, ?, ?, ?) "+
-			"ON CONFLICT (organization_id, domain_id, day) DO UPDATE SET ? = email_stats_daily.? + excluded.?",
-		col, orgID, domainID, at.UTC().Format(dayLayout), n, col, col, col,
-	).Exec(ctx)
+	_, err := db.NewRaw("?", statUpsert(counter,
+		bun.SafeQuery("VALUES (?, ?, ?, ?)", orgID, domainID, at.UTC().Format(dayLayout), n))).Exec(ctx)
 	return err
+}
+
+// statUpsert is the one statement every count goes through: it adds n to
+// counter in the rollup row of each (organization_id, domain_id, day, n)
+// that rows yields (a VALUES list, or a SELECT inside a larger statement).
+// The counter must be Valid: it is a column name.
+func statUpsert(counter StatCounter, rows schema.QueryWithArgs) schema.QueryWithArgs {
+	return bun.SafeQuery("INSERT INTO email_stats_daily (organization_id, domain_id, day, ?0) ?1 "+
+		"ON CONFLICT (organization_id, domain_id, day) DO UPDATE SET ?0 = email_stats_daily.?0 + excluded.?0",
+		bun.Ident(string(counter)), rows)
 }
 
 // Stats returns the organization's counters (of one domain when domainID is
