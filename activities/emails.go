@@ -529,19 +529,9 @@ func (a *Emails) endAll(ctx context.Context, e *store.Email, d *store.Domain, pe
 }
 
 // settle marks the email sent once every recipient is final, and starts the
-// webhook deliveries of its outcome events. Both are idempotent, so a step
-// retried after a crash starts what the crash left unstarted.
+// webhook deliveries of its outcome events (emailevent.Settle).
 func (a *Emails) settle(ctx context.Context, emailID string) error {
-	return settleEmail(ctx, a.Store, a.Runs, emailID)
-}
-
-// settleEmail is settle for any step that records an email's outcomes.
-func settleEmail(ctx context.Context, st *store.Store, runs *deliveryruns.Runs, emailID string) error {
-	ids, err := st.SettleEmail(ctx, emailID)
-	if err != nil || len(ids) == 0 {
-		return err
-	}
-	return runs.StartFirst(ctx, ids)
+	return emailevent.Settle(ctx, a.Store, a.Runs, emailID)
 }
 
 // outcome is a recipient's final outcome as its event tells it.

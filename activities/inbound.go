@@ -401,7 +401,7 @@ func toUnsubscribe(recipients []string) bool {
 // settle marks the email sent once every recipient is final and starts the
 // webhook deliveries of its events.
 func (a *Inbound) settle(ctx context.Context, emailID string) error {
-	return settleEmail(ctx, a.Store, a.Runs, emailID)
+	return emailevent.Settle(ctx, a.Store, a.Runs, emailID)
 }
 
 // EraseMessage erases a message's bytes once the retention time is over.

@@ -38,6 +38,18 @@ func Record(ctx context.Context, tx bun.IDB, e *store.Email, domain, eventID str
 	return true, store.CountEmailEvent(ctx, tx, e.OrganizationID, e.DomainID, counter, at, 1)
 }
 
+// Settle marks the email sent once every recipient is final, and starts
+// the webhook deliveries of its events that are not started yet: what every
+// step that records an email's outcomes does last. Both are idempotent, so
+// a step retried after a crash starts what the crash left unstarted.
+func Settle(ctx context.Context, st *store.Store, runs *deliveryruns.Runs, emailID string) error {
+	ids, err := st.SettleEmail(ctx, emailID)
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	return runs.StartFirst(ctx, ids)
+}
+
 // StartDeliveries starts the webhook deliveries of the email's events that
 // are not started yet (idempotent: a step retried after a crash starts what
 // the crash left).
