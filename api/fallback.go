@@ -23,7 +23,7 @@ func withEnvelopedFallbacks(mux *http.ServeMux) http.Handler {
 		case http.StatusMethodNotAllowed:
 			allow := probe.header.Get("Allow")
 			w.Header().Set("Allow", allow)
-			writeError(w, notFoundError("route "+r.Method+" "+r.URL.Path+" (the path takes "+allow+")"))
+			writeError(w, newError(CodeNotFound, "route "+r.Method+" "+r.URL.Path+" not found; the path takes "+allow))
 		case http.StatusNotFound:
 			writeError(w, notFoundError("route "+r.Method+" "+r.URL.Path))
 		default:
