@@ -31,11 +31,7 @@ func Record(ctx context.Context, tx bun.IDB, e *store.Email, domain, eventID str
 		EventID: eventID, Domain: domain, EventType: string(typ),
 		OccurredAt: at, MessageID: e.ID, ToEmail: to, Subject: e.Subject,
 	}
-	_, created, err := store.StageEmailEvent(ctx, tx, ev, e.OrganizationID, body, deliveryruns.NewDeliveryID)
-	if err != nil || !created || counter == "" {
-		return created, err
-	}
-	return true, store.CountEmailEvent(ctx, tx, e.OrganizationID, e.DomainID, counter, at, 1)
+	return store.StageEmailEvent(ctx, tx, ev, e.OrganizationID, e.DomainID, counter, body, deliveryruns.NewDeliveryID)
 }
 
 // Settle marks the email sent once every recipient is final, and starts
