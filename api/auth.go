@@ -50,7 +50,10 @@ type Principal struct {
 	// SendingDomainID is the domain the key is scoped to (nil for an
 	// organization-wide key); the send and stats operations are limited to it.
 	SendingDomainID *int64
-	Permissions     store.Permissions
+	// SendingDomain is that domain as it was read with the key (nil when it
+	// was deleted), so that a send reads the database once before it writes.
+	SendingDomain *store.Domain
+	Permissions   store.Permissions
 }
 
 type principalKey struct{}
@@ -127,5 +130,5 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 
-	next(huma.WithValue(ctx, principalKey{}, Principal{KeyID: key.ID, OrganizationID: key.OrganizationID, SendingDomainID: key.SendingDomainID, Permissions: key.Permissions}))
+	next(huma.WithValue(ctx, principalKey{}, Principal{KeyID: key.ID, OrganizationID: key.OrganizationID, SendingDomainID: key.SendingDomainID, SendingDomain: key.Domain, Permissions: key.Permissions}))
 }

@@ -245,6 +245,10 @@ func (s *Server) sendingDomain(ctx context.Context) (*store.Domain, error) {
 	if p.SendingDomainID == nil {
 		return nil, newError(CodeForbidden, "sending needs a key scoped to a sending domain; this key is organization-wide")
 	}
+	if p.SendingDomain != nil {
+		return p.SendingDomain, nil
+	}
+	// Deleted since the key was made: the store says so in its words.
 	return s.store.DomainInOrganization(ctx, p.OrganizationID, *p.SendingDomainID)
 }
 

@@ -37,6 +37,10 @@ type APIKey struct {
 
 	// SendingDomain is the domain name, filled by the list query.
 	SendingDomain *string `bun:"sending_domain,scanonly"`
+	// Domain is the domain the key sends from, read with the key by
+	// ActiveAPIKeyByDigest; nil for an organization-wide key and for one
+	// whose domain was deleted.
+	Domain *Domain `bun:"rel:belongs-to,join:sending_domain_id=id"`
 }
 
 func insertAPIKey(ctx context.Context, db bun.IDB, key *APIKey) error {
@@ -54,15 +58,24 @@ func insertAPIKey(ctx context.Context, db bun.IDB, key *APIKey) error {
 	return err
 }
 
-// ActiveAPIKeyByDigest resolves a presented key. It always reads the database: a
-// revoked key must fail on the very next request on every process.
+// ActiveAPIKeyByDigest resolves a presented key, with the domain it sends
+// from (APIKey.Domain) in the same query: a send reads both, and reads them
+// on every request. It always reads the database: a revoked key must fail on
+// the very next request on every process.
 func (s *Store) ActiveAPIKeyByDigest(ctx context.Context, digest []byte) (*APIKey, error) {
 	key := new(APIKey)
 	err := s.DB.NewSelect().Model(key).
-		Column("id", "organization_id", "sending_domain_id", "username", "permissions", "last_used_at").
-		Where("digest = ?", digest).Where("status = ?", KeyActive).
+		Column("api_key.id", "api_key.organization_id", "api_key.sending_domain_id", "api_key.username", "api_key.permissions", "api_key.last_used_at").
+		Relation("Domain").
+		Where("api_key.digest = ?", digest).Where("api_key.status = ?", KeyActive).
 		Scan(ctx)
-	return key, notFound(err, "credential")
+	if err != nil {
+		return key, notFound(err, "credential")
+	}
+	if d := key.Domain; d != nil && (d.ID == 0 || d.DeletedAt != nil || d.OrganizationID != key.OrganizationID) {
+		key.Domain = nil
+	}
+	return key, nil
 }
 
 // TouchAPIKey records a use, at most once per interval: the condition makes the

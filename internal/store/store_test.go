@@ -57,6 +57,26 @@ func TestAPIKeyLifecycle(t *testing.T) {
 		if _, err := st.ActiveAPIKeyByDigest(ctx, keys.Digest(secret+"x")); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("unknown digest: %v", err)
 		}
+		if got.Domain != nil {
+			t.Fatalf("an organization-wide key came with domain %+v", got.Domain)
+		}
+
+		// A key scoped to a domain comes with the domain, until it is deleted.
+		domain := newDomain(t, st, org.ID, "x.example", store.DomainVerified)
+		scoped, scopedSecret := newTestKey(t, org.ID, &domain, "send", "send")
+		if err := st.CreateCredential(ctx, scoped); err != nil {
+			t.Fatal(err)
+		}
+		got, err = st.ActiveAPIKeyByDigest(ctx, keys.Digest(scopedSecret))
+		if err != nil || got.Domain == nil || got.Domain.ID != domain || got.Domain.Domain != "x.example" || got.Domain.Status != store.DomainVerified {
+			t.Fatalf("scoped key read back as %+v (domain %+v), %v", got, got.Domain, err)
+		}
+		if _, err := st.DB.NewUpdate().Model((*store.Domain)(nil)).Set("deleted_at = ?", time.Now()).Where("id = ?", domain).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got, err = st.ActiveAPIKeyByDigest(ctx, keys.Digest(scopedSecret)); err != nil || got.Domain != nil || got.SendingDomainID == nil {
+			t.Fatalf("key of a deleted domain read back with domain %+v, %v", got.Domain, err)
+		}
 
 		// last_used_at: written once, then not again within the interval.
 		t0 := time.Now().UTC().Truncate(time.Microsecond)

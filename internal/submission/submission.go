@@ -177,14 +177,9 @@ func (s *session) Mail(from string, opts *smtp.MailOptions) error {
 	if err != nil {
 		return smtpserver.ErrUnavailable
 	}
-	d, err := s.b.Store.DomainInOrganization(ctx, key.OrganizationID, *key.SendingDomainID)
-	if errors.Is(err, store.ErrNotFound) {
-		return errNotVerified
-	}
-	if err != nil {
-		return smtpserver.ErrUnavailable
-	}
-	if d.Status != store.DomainVerified {
+	// The key's domain comes with it (nil once deleted).
+	d := key.Domain
+	if d == nil || d.Status != store.DomainVerified {
 		return errNotVerified
 	}
 	if from != "" && !atDomain(from, d.Domain) {
