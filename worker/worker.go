@@ -63,6 +63,7 @@ const StopTimeout = emailStopTimeout
 func workerOptions(stopTimeout time.Duration, fatal chan<- error) sdkworker.Options {
 	o := PollerOptions()
 	o.WorkerStopTimeout = stopTimeout
+	o.DeadlockDetectionTimeout = deadlockDetectionTimeout
 	o.OnFatalError = func(err error) {
 		select {
 		case fatal <- err:
