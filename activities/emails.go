@@ -121,7 +121,7 @@ type prepared struct {
 // prepare is Prepare without settling the email; a nil *prepared means the
 // email is gone or already settled (its domain was deleted).
 func (a *Emails) prepare(ctx context.Context, emailID string) (email.PrepareResult, *prepared, error) {
-	e, d, err := a.Store.EmailForDelivery(ctx, emailID)
+	e, d, key, err := a.Store.EmailToPrepare(ctx, emailID)
 	if errors.Is(err, store.ErrNotFound) {
 		return email.PrepareResult{Gone: true}, nil, nil
 	}
@@ -146,11 +146,11 @@ func (a *Emails) prepare(ctx context.Context, emailID string) (email.PrepareResu
 	switch {
 	case e.ErasedAt != nil:
 	case e.Tracked():
-		if err := a.buildAndSignEach(ctx, e, d, pending); err != nil {
+		if err := a.buildAndSignEach(ctx, e, d, key, pending); err != nil {
 			return email.PrepareResult{}, nil, err
 		}
 	case e.SignedMessage == nil:
-		if err := a.buildAndSign(ctx, e, d); err != nil {
+		if err := a.buildAndSign(ctx, e, d, key); err != nil {
 			return email.PrepareResult{}, nil, err
 		}
 	}
@@ -180,12 +180,12 @@ func (a *Emails) prepare(ctx context.Context, emailID string) (email.PrepareResu
 // buildAndSign renders the message once and signs it with the domain's
 // active DKIM key. The stored bytes are what every attempt sends; a run
 // retried after a crash keeps what the first run stored.
-func (a *Emails) buildAndSign(ctx context.Context, e *store.Email, d *store.Domain) error {
+func (a *Emails) buildAndSign(ctx context.Context, e *store.Email, d *store.Domain, key *store.DKIMKey) error {
 	raw, err := buildMessage(e, d)
 	if err != nil {
 		return err
 	}
-	key, signer, err := a.activeKey(ctx, e, d)
+	signer, err := a.signer(e, d, key)
 	if err != nil {
 		return err
 	}
@@ -202,7 +202,7 @@ func (a *Emails) buildAndSign(ctx context.Context, e *store.Email, d *store.Doma
 // own message (docs/tracking.md) and signs it, and stores the email's links.
 // A recipient whose message a previous run stored keeps it; the links come
 // out the same from the same HTML, and the first stored are kept.
-func (a *Emails) buildAndSignEach(ctx context.Context, e *store.Email, d *store.Domain, pending []store.EmailRecipient) error {
+func (a *Emails) buildAndSignEach(ctx context.Context, e *store.Email, d *store.Domain, key *store.DKIMKey, pending []store.EmailRecipient) error {
 	var need []*store.EmailRecipient
 	for i := range pending {
 		if pending[i].SignedMessage == nil {
@@ -219,7 +219,7 @@ func (a *Emails) buildAndSignEach(ctx context.Context, e *store.Email, d *store.
 	if err != nil {
 		return err
 	}
-	key, signer, err := a.activeKey(ctx, e, d)
+	signer, err := a.signer(e, d, key)
 	if err != nil {
 		return err
 	}
@@ -273,17 +273,17 @@ func (a *Emails) trackingBase(ctx context.Context, d *store.Domain) (string, err
 	return "https://" + *d.TrackingDomain, nil
 }
 
-// activeKey is the domain's active DKIM key, opened for signing.
-func (a *Emails) activeKey(ctx context.Context, e *store.Email, d *store.Domain) (*store.DKIMKey, crypto.Signer, error) {
-	key, err := a.Store.DKIMKeyInState(ctx, d.ID, store.DKIMActive)
-	if err != nil {
-		return nil, nil, fmt.Errorf("email %s: domain %d has no active DKIM key: %w", e.ID, d.ID, err)
+// signer opens the domain's active DKIM key (read with the email) for
+// signing.
+func (a *Emails) signer(e *store.Email, d *store.Domain, key *store.DKIMKey) (crypto.Signer, error) {
+	if key == nil {
+		return nil, fmt.Errorf("email %s: domain %d has no active DKIM key: %w", e.ID, d.ID, store.ErrNoDKIMKey)
 	}
 	signer, err := a.openKey(key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("email %s: %w", e.ID, err)
+		return nil, fmt.Errorf("email %s: %w", e.ID, err)
 	}
-	return key, signer, nil
+	return signer, nil
 }
 
 // buildMessage is the message of an email before signing: built from the

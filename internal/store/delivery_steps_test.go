@@ -174,3 +174,59 @@ func acceptedSinceYesterday(t *testing.T, st *store.Store, org int64) int64 {
 	}
 	return days[0].Accepted + days[1].Accepted
 }
+
+// The first delivery step reads the email, its domain and the domain's
+// active DKIM key in one query; the key is the one DKIMKeyInState finds
+// (the active one of the lowest generation), and none while the domain has
+// no active key.
+func TestEmailToPrepareComesWithTheActiveKey(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		org := newOrg(t, st, "acme")
+		domain := newDomain(t, st, org, "x.example", store.DomainVerified)
+		other := newDomain(t, st, org, "y.example", store.DomainVerified)
+		id := newEmail(t, st, org, domain, "ada@r.example")
+		addKey := func(domainID int64, selector string, generation int, state string) int64 {
+			t.Helper()
+			k, err := st.InsertDKIMKeyIfAbsent(ctx, &store.DKIMKey{Selector: selector, DomainID: domainID, Position: 1,
+				Generation: generation, State: state, Bits: 2048, PrivateKeyEnc: []byte("sealed-" + selector), PublicKey: "pub"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return k.ID
+		}
+		check := func(wantKey int64) {
+			t.Helper()
+			e, d, key, err := st.EmailToPrepare(ctx, id)
+			if err != nil || e.ID != id || d == nil || d.ID != domain || d.Domain != "x.example" {
+				t.Fatalf("EmailToPrepare: %+v %+v %v", e, d, err)
+			}
+			switch {
+			case wantKey == 0 && key != nil:
+				t.Fatalf("key %+v, want none", key)
+			case wantKey != 0 && (key == nil || key.ID != wantKey || key.State != store.DKIMActive || len(key.PrivateKeyEnc) == 0):
+				t.Fatalf("key %+v, want %d", key, wantKey)
+			}
+			if wantKey != 0 {
+				byState, err := st.DKIMKeyInState(ctx, domain, store.DKIMActive)
+				if err != nil || byState.ID != key.ID {
+					t.Fatalf("DKIMKeyInState found %+v (%v), EmailToPrepare %d", byState, err, key.ID)
+				}
+			}
+		}
+
+		addKey(domain, "pub1", 1, store.DKIMPublishing)
+		addKey(other, "other1", 1, store.DKIMActive)
+		check(0)
+		second := addKey(domain, "sel1", 2, store.DKIMActive)
+		addKey(domain, "sel2", 1, store.DKIMStandby)
+		check(second)
+		first := addKey(domain, "sel3", 1, store.DKIMActive)
+		check(first)
+
+		if _, _, _, err := st.EmailToPrepare(ctx, uuid.Must(uuid.NewV7()).String()); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("an unknown email: %v, want not found", err)
+		}
+	})
+}

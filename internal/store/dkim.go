@@ -103,8 +103,7 @@ var ErrNoDKIMKey = errors.New("no such DKIM key")
 // publishing; the lowest generation first).
 func (s *Store) DKIMKeyInState(ctx context.Context, domainID int64, state string) (*DKIMKey, error) {
 	k := new(DKIMKey)
-	err := s.DB.NewSelect().Model(k).Where("domain_id = ?", domainID).Where("state = ?", state).
-		OrderExpr("generation").Limit(1).Scan(ctx)
+	err := s.DB.NewSelect().Model(k).Where("id = (?)", keyInState(s.DB, domainID, state)).Scan(ctx)
 	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, ErrNoDKIMKey
@@ -112,6 +111,14 @@ func (s *Store) DKIMKeyInState(ctx context.Context, domainID int64, state string
 		return nil, err
 	}
 	return k, nil
+}
+
+// keyInState selects the id of domain's key in state, the lowest generation
+// of several: DKIMKeyInState's rule, also used inside EmailToPrepare's query
+// (domain is then the outer query's column).
+func keyInState(db bun.IDB, domain any, state string) *bun.SelectQuery {
+	return db.NewSelect().Model((*DKIMKey)(nil)).Column("id").
+		Where("domain_id = ?", domain).Where("state = ?", state).OrderExpr("generation").Limit(1)
 }
 
 // DKIMSelectors lists every selector a domain has ever had keys for, which are

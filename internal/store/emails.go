@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/schema"
 )
 
 // Sources of emails: how they came in.
@@ -318,6 +319,32 @@ func (s *Store) recipientsOf(ctx context.Context, ids []string) (map[string][]Em
 type emailWithDomain struct {
 	Email  `bun:",extend"`
 	Domain *Domain `bun:"rel:belongs-to,join:domain_id=id"`
+}
+
+// emailToPrepare is an email joined with its domain and that domain's
+// active DKIM key.
+type emailToPrepare struct {
+	Email     `bun:",extend"`
+	Domain    *Domain  `bun:"rel:belongs-to,join:domain_id=id"`
+	ActiveKey *DKIMKey `bun:"rel:belongs-to,join:domain_id=domain_id"`
+}
+
+// EmailToPrepare is EmailForDelivery with the domain's active DKIM key (as
+// DKIMKeyInState finds it; nil when there is none) in the same query: the
+// first delivery step signs the message with it.
+func (s *Store) EmailToPrepare(ctx context.Context, id string) (*Email, *Domain, *DKIMKey, error) {
+	row := new(emailToPrepare)
+	active := bun.SafeQuery(`"active_key"."id" = (?)`, keyInState(s.DB, bun.Ident("email.domain_id"), DKIMActive))
+	err := s.DB.NewSelect().Model(row).Relation("Domain").
+		RelationWithOpts("ActiveKey", bun.RelationOpts{AdditionalJoinOnConditions: []schema.QueryWithArgs{active}}).
+		Where("?TableAlias.id = ?", id).Scan(ctx)
+	if err != nil {
+		return nil, nil, nil, notFound(err, "email")
+	}
+	if row.ActiveKey != nil && row.ActiveKey.ID == 0 {
+		row.ActiveKey = nil
+	}
+	return &row.Email, row.Domain, row.ActiveKey, nil
 }
 
 // EmailForDelivery reads an email with its content and signed message, and
