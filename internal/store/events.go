@@ -86,7 +86,7 @@ func (s *Store) IngestEvent(ctx context.Context, ev *Event, owners []DomainOwner
 				return err
 			}
 		}
-		deliveries, err = fanOutEvent(ctx, tx, ev, orgIDs, body, newID)
+		deliveries, err = fanOutEvent(ctx, tx, ev, orgIDs, newID)
 		return err
 	})
 	return deliveries, created, err
@@ -98,35 +98,30 @@ func (s *Store) IngestEvent(ctx context.Context, ev *Event, owners []DomainOwner
 // "" counts nothing), in db (the transaction that records the outcome). Its
 // event_id makes it idempotent like an ingested event: a repeat creates and
 // counts nothing and reports created false.
-//
-// On PostgreSQL the event, its count and the list of the organization's
-// webhooks are one statement: an outcome is recorded for every recipient
-// of every email, and each round trip there is one the database serves for
-// each of them (README, "Benchmarks").
 func StageEmailEvent(ctx context.Context, db bun.IDB, ev *Event, orgID, domainID int64, counter StatCounter, body []byte, newID func() (string, error)) (created bool, err error) {
 	if ev.CreatedAt.IsZero() {
 		ev.CreatedAt = now()
 	}
-	if counter != "" && !counter.Valid() {
-		return false, fmt.Errorf("unknown stat counter %q", counter)
-	}
 	ev.Body = body
-	insert := db.NewInsert().Model(ev).On("CONFLICT (event_id) DO NOTHING").Returning("id")
-	if db.Dialect().Name() != dialect.PG {
-		res, err := insert.Exec(ctx)
-		if err != nil {
-			return false, err
+	if db.Dialect().Name() == dialect.PG {
+		return stageEmailEventInOneStatement(ctx, db, ev, orgID, domainID, counter, newID)
+	}
+	return stageEmailEventInSteps(ctx, db, ev, orgID, domainID, counter, newID)
+}
+
+// stageEmailEventInOneStatement is StageEmailEvent on PostgreSQL: the
+// event, its count and the list of the organization's webhooks are one
+// statement. An outcome is recorded for every recipient of every email, and
+// each round trip there is one the database serves for each of them
+// (README, "Benchmarks").
+func stageEmailEventInOneStatement(ctx context.Context, db bun.IDB, ev *Event, orgID, domainID int64, counter StatCounter, newID func() (string, error)) (bool, error) {
+	q := db.NewSelect().With("staged", db.NewInsert().Model(ev).On("CONFLICT (event_id) DO NOTHING").Returning("id"))
+	if counter != "" {
+		if !counter.Valid() {
+			return false, fmt.Errorf("unknown stat counter %q", counter)
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return false, nil
-		}
-		if counter != "" {
-			if err := CountEmailEvent(ctx, db, orgID, domainID, counter, ev.OccurredAt, 1); err != nil {
-				return true, err
-			}
-		}
-		_, err = fanOutEvent(ctx, db, ev, []int64{orgID}, body, newID)
-		return true, err
+		q = q.With("counted", db.NewRaw("?", statUpsert(counter,
+			bun.SafeQuery("SELECT ?, ?, ?::date, 1 FROM staged", orgID, domainID, ev.OccurredAt.UTC().Format(dayLayout)))))
 	}
 	// One row per enabled webhook (or one without a webhook) when the event
 	// is new; none when its event_id was seen before.
@@ -136,12 +131,7 @@ func StageEmailEvent(ctx context.Context, db bun.IDB, ev *Event, orgID, domainID
 		OrganizationID *int64     `bun:"organization_id"`
 		EventTypes     EventTypes `bun:"event_types"`
 	}
-	q := db.NewSelect().With("staged", insert)
-	if counter != "" {
-		q = q.With("counted", db.NewRaw("?", statUpsert(counter,
-			bun.SafeQuery("SELECT ?, ?, ?::date, 1 FROM staged", orgID, domainID, ev.OccurredAt.UTC().Format(dayLayout)))))
-	}
-	err = q.TableExpr("staged").
+	err := q.TableExpr("staged").
 		Join("LEFT JOIN webhooks AS w ON w.organization_id = ? AND w.status = ?", orgID, WebhookEnabled).
 		ColumnExpr("staged.id AS event_id, w.id AS webhook_id, w.organization_id, w.event_types").
 		OrderExpr("w.id").Scan(ctx, &rows)
@@ -155,13 +145,32 @@ func StageEmailEvent(ctx context.Context, db bun.IDB, ev *Event, orgID, domainID
 			hooks = append(hooks, Webhook{ID: *r.WebhookID, OrganizationID: *r.OrganizationID, EventTypes: r.EventTypes})
 		}
 	}
-	_, err = insertDeliveries(ctx, db, ev, hooks, body, newID)
+	_, err = insertDeliveries(ctx, db, ev, hooks, newID)
+	return true, err
+}
+
+// stageEmailEventInSteps is StageEmailEvent on SQLite, which has no
+// data-modifying WITH: the same writes one after another.
+func stageEmailEventInSteps(ctx context.Context, db bun.IDB, ev *Event, orgID, domainID int64, counter StatCounter, newID func() (string, error)) (bool, error) {
+	res, err := db.NewInsert().Model(ev).On("CONFLICT (event_id) DO NOTHING").Returning("id").Exec(ctx)
+	if err != nil {
+		return false, err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return false, nil
+	}
+	if counter != "" {
+		if err := CountEmailEvent(ctx, db, orgID, domainID, counter, ev.OccurredAt, 1); err != nil {
+			return true, err
+		}
+	}
+	_, err = fanOutEvent(ctx, db, ev, []int64{orgID}, newID)
 	return true, err
 }
 
 // fanOutEvent stores one pending delivery of a stored event per enabled
 // webhook of orgIDs that subscribes to its type.
-func fanOutEvent(ctx context.Context, db bun.IDB, ev *Event, orgIDs []int64, body []byte, newID func() (string, error)) ([]Delivery, error) {
+func fanOutEvent(ctx context.Context, db bun.IDB, ev *Event, orgIDs []int64, newID func() (string, error)) ([]Delivery, error) {
 	if len(orgIDs) == 0 {
 		return nil, nil
 	}
@@ -169,7 +178,7 @@ func fanOutEvent(ctx context.Context, db bun.IDB, ev *Event, orgIDs []int64, bod
 	if err != nil {
 		return nil, err
 	}
-	return insertDeliveries(ctx, db, ev, hooks, body, newID)
+	return insertDeliveries(ctx, db, ev, hooks, newID)
 }
 
 // enabledWebhooks lists the enabled webhooks of orgIDs with the event
@@ -182,9 +191,9 @@ func enabledWebhooks(ctx context.Context, db bun.IDB, orgIDs []int64) ([]Webhook
 	return hooks, err
 }
 
-// insertDeliveries stores one pending delivery of a stored event per hook
-// that subscribes to its type.
-func insertDeliveries(ctx context.Context, db bun.IDB, ev *Event, hooks []Webhook, body []byte, newID func() (string, error)) ([]Delivery, error) {
+// insertDeliveries stores one pending delivery of a stored event, carrying
+// its body, per hook that subscribes to its type.
+func insertDeliveries(ctx context.Context, db bun.IDB, ev *Event, hooks []Webhook, newID func() (string, error)) ([]Delivery, error) {
 	var deliveries []Delivery
 	for _, h := range hooks {
 		if !h.EventTypes.Has(ev.EventType) {
@@ -196,7 +205,7 @@ func insertDeliveries(ctx context.Context, db bun.IDB, ev *Event, hooks []Webhoo
 		}
 		deliveries = append(deliveries, Delivery{
 			ID: id, OrganizationID: h.OrganizationID, WebhookID: h.ID, EventID: &ev.ID,
-			EventType: ev.EventType, Body: body, Status: DeliveryPending, CreatedAt: ev.CreatedAt,
+			EventType: ev.EventType, Body: ev.Body, Status: DeliveryPending, CreatedAt: ev.CreatedAt,
 		})
 	}
 	if len(deliveries) == 0 {
