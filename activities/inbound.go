@@ -404,7 +404,9 @@ func (a *Inbound) settle(ctx context.Context, emailID string) error {
 	return emailevent.Settle(ctx, a.Store, a.Runs, emailID)
 }
 
-// EraseMessage erases a message's bytes once the retention time is over.
+// EraseMessage erases a message's bytes once the retention time is over
+// (for runs started before close-when-handled; newer messages are erased by
+// the retention sweep).
 func (a *Inbound) EraseMessage(ctx context.Context, in inbound.EraseInput) error {
 	return a.Store.EraseInboundMessage(ctx, in.InboundID)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/platformevents"
+	"github.com/mailyard/mailyard/internal/retention"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/smtpsend"
 	"github.com/mailyard/mailyard/internal/store"
@@ -88,7 +89,9 @@ func PollerOptions() sdkworker.Options {
 // Run starts every worker and blocks until ctx ends, then stops them
 // together: running activities get their worker's stop timeout to finish
 // (StopTimeout at most). A fatal error of any worker stops them all and is
-// returned, so the process exits and is restarted instead of idling.
+// returned, so the process exits and is restarted instead of idling. While
+// the workers run, the process also sweeps for messages past their
+// retention time (internal/retention).
 func Run(ctx context.Context, d Deps) error {
 	if d.Events == nil {
 		d.Events = NewEmitter(d.Store, d.Client, d.Logger)
@@ -113,6 +116,9 @@ func Run(ctx context.Context, d Deps) error {
 		}
 		started = append(started, w)
 	}
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	defer stopSweep()
+	go retention.Sweep(sweepCtx, d.Store, d.Config.EmailRetention, d.Logger.With("component", "retention"))
 	select {
 	case <-ctx.Done():
 		d.Logger.Info("stopping workers", "timeout", StopTimeout.String())

@@ -152,8 +152,8 @@ func TestInboundReportsEndToEnd(t *testing.T) {
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=true",
 		"MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
-		// Inbound workflows end (erase) within the test, so their whole
-		// histories can be recorded for the replay tests.
+		// The worker's retention sweep erases the handled messages
+		// within the test.
 		"MAILYARD_EMAIL_RETENTION=3s",
 	)})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
@@ -324,6 +324,22 @@ func TestInboundReportsEndToEnd(t *testing.T) {
 	// an address or the subject.
 	scanHistories(t, s.temporal, "InboundMessage", []string{"rcpt.example", "billing@", "Hello", "User unknown"})
 	recordInboundHistories(t, s)
+
+	// The retention sweep erases each handled message's bytes and
+	// addresses once the retention time after its handling is over.
+	st := testenv.OpenStore(t, s.databaseURL)
+	testenv.Eventually(t, 30*time.Second, "handled messages erased", func() bool {
+		var left int
+		err := st.DB.NewRaw("SELECT count(*) FROM inbound_messages WHERE raw IS NOT NULL OR erased_at IS NULL OR mail_from <> ''").Scan(context.Background(), &left)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return left == 0
+	})
+	var early int
+	if err := st.DB.NewRaw("SELECT count(*) FROM inbound_messages WHERE erased_at < handled_at + interval '3 seconds'").Scan(context.Background(), &early); err != nil || early != 0 {
+		t.Fatalf("%d messages erased before their retention time (%v)", early, err)
+	}
 }
 
 // recordInboundHistories waits for the inbound workflows to end and, with
@@ -360,7 +376,7 @@ func recordInboundHistories(t *testing.T, s *stack) {
 			continue
 		}
 		seen[name] = true
-		recordHistory(t, "../../workflows/inbound/testdata/inbound-message-v1-"+name+".json", s.historyJSON(r.Execution.WorkflowId, r.Execution.RunId))
+		recordHistory(t, "../../workflows/inbound/testdata/inbound-message-v2-"+name+".json", s.historyJSON(r.Execution.WorkflowId, r.Execution.RunId))
 	}
 }
 

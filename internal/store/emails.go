@@ -575,15 +575,38 @@ func (s *Store) SettleEmail(ctx context.Context, emailID string) ([]string, erro
 // email (its own, and its recipients' when it is tracked).
 func (s *Store) EraseEmailContent(ctx context.Context, emailID string) error {
 	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := tx.NewUpdate().Model((*Email)(nil)).
-			Set("content = NULL").Set("signed_message = NULL").Set("erased_at = COALESCE(erased_at, ?)", now()).
-			Where("id = ?", emailID).Exec(ctx); err != nil {
+		return eraseEmails(ctx, tx, []string{emailID})
+	})
+}
+
+// EraseEmailsSentBefore erases, as EraseEmailContent does, up to limit
+// emails sent before cutoff and not erased yet, oldest first: the retention
+// sweep (docs/sending.md, "Retention"). It reports how many it erased.
+// Sweeps of several processes may overlap: an email erased twice keeps the
+// time of the first.
+func (s *Store) EraseEmailsSentBefore(ctx context.Context, cutoff time.Time, limit int) (int, error) {
+	var ids []string
+	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		err := tx.NewSelect().Model((*Email)(nil)).Column("id").
+			Where("erased_at IS NULL").Where("sent_at IS NOT NULL").Where("sent_at < ?", cutoff).
+			OrderExpr("sent_at").Limit(int64(limit)).Scan(ctx, &ids)
+		if err != nil || len(ids) == 0 {
 			return err
 		}
-		_, err := tx.NewUpdate().Model((*EmailRecipient)(nil)).Set("signed_message = NULL").
-			Where("email_id = ?", emailID).Where("signed_message IS NOT NULL").Exec(ctx)
-		return err
+		return eraseEmails(ctx, tx, ids)
 	})
+	return len(ids), err
+}
+
+func eraseEmails(ctx context.Context, tx bun.Tx, ids []string) error {
+	if _, err := tx.NewUpdate().Model((*Email)(nil)).
+		Set("content = NULL").Set("signed_message = NULL").Set("erased_at = COALESCE(erased_at, ?)", now()).
+		Where("id IN (?)", bun.List(ids)).Exec(ctx); err != nil {
+		return err
+	}
+	_, err := tx.NewUpdate().Model((*EmailRecipient)(nil)).Set("signed_message = NULL").
+		Where("email_id IN (?)", bun.List(ids)).Where("signed_message IS NOT NULL").Exec(ctx)
+	return err
 }
 
 // PendingEmailDeliveries lists the webhook deliveries of an email's events

@@ -84,11 +84,31 @@ func (s *Store) MarkInboundHandled(ctx context.Context, id, kind string, orgID, 
 
 // EraseInboundMessage erases a message's bytes and envelope addresses.
 func (s *Store) EraseInboundMessage(ctx context.Context, id string) error {
-	_, err := s.DB.NewUpdate().Model((*InboundMessage)(nil)).
-		Set("raw = NULL").Set("mail_from = ''").Set("recipients = '[]'").
-		Set("erased_at = COALESCE(erased_at, ?)", now()).
-		Where("id = ?", id).Exec(ctx)
+	_, err := s.eraseInbound().Where("id = ?", id).Exec(ctx)
 	return err
+}
+
+// EraseInboundHandledBefore erases, as EraseInboundMessage does, up to limit
+// messages handled before cutoff and not erased yet, oldest first: the
+// retention sweep (docs/inbound.md). It reports how many it erased.
+func (s *Store) EraseInboundHandledBefore(ctx context.Context, cutoff time.Time, limit int) (int, error) {
+	due := s.DB.NewSelect().Model((*InboundMessage)(nil)).Column("id").
+		Where("erased_at IS NULL").Where("handled_at IS NOT NULL").Where("handled_at < ?", cutoff).
+		OrderExpr("handled_at").Limit(int64(limit))
+	// erased_at is checked again on the row itself: a sweep of another
+	// process may have erased it since the subquery read it.
+	res, err := s.eraseInbound().Where("id IN (?)", due).Where("erased_at IS NULL").Exec(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
+func (s *Store) eraseInbound() *bun.UpdateQuery {
+	return s.DB.NewUpdate().Model((*InboundMessage)(nil)).
+		Set("raw = NULL").Set("mail_from = ''").Set("recipients = '[]'").
+		Set("erased_at = COALESCE(erased_at, ?)", now())
 }
 
 // UnhandledInboundBefore lists up to limit messages received before cutoff

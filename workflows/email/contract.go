@@ -1,8 +1,10 @@
 // Package email is the per-email delivery workflow: one workflow
 // "email-delivery:<email_id>" builds and signs the message once, then walks
 // the retry schedule, one SMTP attempt per step for the recipients still
-// pending, until every recipient is delivered, bounced or suppressed; it
-// then keeps the message for the retention time and erases it.
+// pending, until every recipient is delivered, bounced or suppressed, and
+// ends. The worker's retention sweep erases the message later
+// (internal/retention); runs started before that change keep it for the
+// retention time and erase it themselves.
 //
 // This file is the contract shared by the API (which starts the workflow) and
 // the worker (which runs it). Everything that crosses Temporal is an id, a
@@ -89,9 +91,12 @@ var DefaultSchedule = []time.Duration{
 // (MAILYARD_EMAIL_RETENTION).
 const DefaultRetention = 7 * 24 * time.Hour
 
-// Input starts an email's workflow. The starter fills in the schedule and
-// retention in force when the email was accepted, so that changing a default
-// never changes an email already on its way.
+// Input starts an email's workflow. The starter fills in the schedule in
+// force when the email was accepted, so that changing a default never
+// changes an email already on its way. Retention is read only by runs that
+// began before they ended when settled (and by a worker of that code during
+// a rolling deploy, which is why starters still fill it in); the retention
+// sweep erases with the retention time in force.
 type Input struct {
 	EmailID   string          `json:"email_id"`
 	Schedule  []time.Duration `json:"schedule"`
@@ -105,7 +110,8 @@ type Input struct {
 // Start starts the workflow of a stored email, with the owner's search
 // attributes; every way of sending (the API, SMTP submission, the sweep of
 // emails whose start failed) starts it here. A second start of the same
-// email is the same run. An empty schedule takes DefaultSchedule.
+// email joins its run while it is open, and is refused once it has ended.
+// An empty schedule takes DefaultSchedule.
 func Start(ctx context.Context, tc client.Client, emailID string, owner searchattr.Owner, schedule []time.Duration, retention time.Duration, scheduledAt *time.Time) error {
 	if len(schedule) == 0 {
 		schedule = DefaultSchedule

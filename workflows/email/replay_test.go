@@ -21,8 +21,9 @@ import (
 func TestReplayRecordedHistories(t *testing.T) {
 	// v1: emails queued before scheduled sending; v2: before the local
 	// first attempt (scheduled, rescheduled and canceled emails among
-	// them); v3: before one version marker; v4: the current code.
-	for _, v := range []string{"v1", "v2", "v3", "v4"} {
+	// them); v3: before one version marker; v4: before runs ended when
+	// settled (version 1 of the one marker); v5: the current code.
+	for _, v := range []string{"v1", "v2", "v3", "v4", "v5"} {
 		testenv.ReplayHistories(t, "testdata/email-delivery-"+v+"-*.json", 5, email.Workflow, email.WorkflowName)
 	}
 }
@@ -31,28 +32,36 @@ func TestReplayRecordedHistories(t *testing.T) {
 var (
 	versionMarker       = regexp.MustCompile(`"markerName":\s*"Version"`)
 	localActivityMarker = regexp.MustCompile(`"markerName":\s*"LocalActivity"`)
+	eraseStep           = regexp.MustCompile(`"name":\s*"` + email.EraseActivity + `"`)
 )
 
 // Each history holds the version its name claims, so every code path is
 // replayed: v1 files have no marker; v2 files the version marker of
 // scheduled sending; v3 files also the one of the local first attempt and
 // the local activity's marker of that attempt (or of the prepare step
-// alone); v4 files one version marker for both changes.
+// alone); v4 files one version marker for both changes; v5 files the same
+// marker (at version 2) and no erase step: the run ended when the email
+// was settled.
 func TestHistoriesHoldTheirVersion(t *testing.T) {
 	files, _ := filepath.Glob("testdata/email-delivery-v*.json")
 	type shape struct {
 		versionMarkers int
 		local          bool
+		erases         bool
 	}
-	wants := map[string]shape{"v1": {0, false}, "v2": {1, false}, "v3": {2, true}, "v4": {1, true}}
+	wants := map[string]shape{"v1": {0, false, true}, "v2": {1, false, true}, "v3": {2, true, true}, "v4": {1, true, true}, "v5": {1, true, false}}
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := shape{len(versionMarker.FindAll(raw, -1)), localActivityMarker.Match(raw)}
+		got := shape{len(versionMarker.FindAll(raw, -1)), localActivityMarker.Match(raw), eraseStep.Match(raw)}
 		version := strings.Split(filepath.Base(f), "-")[2]
 		want := wants[version]
+		if strings.HasSuffix(f, "-canceled.json") || strings.HasSuffix(f, "-gone.json") {
+			// Ended before anything was sent: nothing to erase.
+			want.erases = false
+		}
 		if strings.HasSuffix(f, "-canceled.json") {
 			// Canceled before its first attempt: no local activity,
 			// and in v3 no marker of the change it never reached.

@@ -24,6 +24,8 @@ type scheduledEnv struct {
 	rescheduled  []time.Time
 	canceled     int
 	attemptCount int
+	// deferFirst makes the first attempt defer the recipient.
+	deferFirst bool
 }
 
 func newScheduledEnv(t *testing.T) *scheduledEnv {
@@ -43,6 +45,9 @@ func newScheduledEnv(t *testing.T) *scheduledEnv {
 	}
 	attempt := func(context.Context, AttemptInput) (AttemptResult, error) {
 		env.attemptCount++
+		if env.deferFirst && env.attemptCount == 1 {
+			return AttemptResult{Deferred: 1, Pending: 1}, nil
+		}
 		return AttemptResult{Delivered: 1}, nil
 	}
 	env.OnActivity(PrepareActivity, mock.Anything, mock.Anything).Return(prepare)
@@ -147,9 +152,10 @@ func TestUpdatesRefusedOnceSendingBegan(t *testing.T) {
 	for name, scheduled := range map[string]bool{"after the time": true, "never scheduled": false} {
 		t.Run(name, func(t *testing.T) {
 			env := newScheduledEnv(t)
-			// The attempt is slow, so the updates arrive while it runs.
-			env.OnActivity(AttemptActivity, mock.Anything, mock.Anything).After(time.Hour).Return(AttemptResult{Delivered: 1}, nil)
-			in := Input{EmailID: testEmailID, Retention: time.Hour}
+			// The first attempt defers the recipient, so the updates
+			// arrive while the run waits for the second.
+			env.deferFirst = true
+			in := Input{EmailID: testEmailID, Schedule: []time.Duration{0, time.Hour}, Retention: time.Hour}
 			if scheduled {
 				at := env.Now().Add(time.Minute)
 				in.ScheduledAt = &at

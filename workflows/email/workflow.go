@@ -44,8 +44,9 @@ var attemptOptions = workflow.ActivityOptions{
 // Workflow delivers one email.
 //
 // Change it only behind workflow.GetVersion: emails stay on their schedule
-// for a day and their workflow open for the retention time, and the replay
-// tests hold histories of the current version.
+// for a day (runs from before closeWhenSettledVersion also stay open for the
+// retention time), and the replay tests hold histories of the current
+// version.
 func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	schedule := in.Schedule
 	if len(schedule) == 0 {
@@ -60,7 +61,13 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	// email: one marker instead of two takes an email's history from 21
 	// events to 19 (deploy/README.md, "Sizing"). Runs from before keep the
 	// markers they have.
-	current := workflow.GetVersion(ctx, oneVersionMarkerChange, workflow.DefaultVersion, 1) == 1
+	//
+	// Version 2 of the marker closes the run once the email is settled:
+	// the retention sweep erases its message (internal/retention), so a
+	// sent email holds no workflow open, durable timer and erase step for
+	// MAILYARD_EMAIL_RETENTION. Runs on version 1 keep their timer.
+	marker := workflow.GetVersion(ctx, oneVersionMarkerChange, workflow.DefaultVersion, closeWhenSettledVersion)
+	current := marker >= 1
 
 	// Scheduled sending came with version 1: emails queued before it have
 	// no marker here and go straight on, as they did.
@@ -120,6 +127,9 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 		logAttempt(ctx, in.EmailID, attempts, r)
 	}
 
+	if marker >= closeWhenSettledVersion {
+		return Result{Status: StatusSent, Attempts: attempts}, nil
+	}
 	if in.Retention > 0 {
 		if err := workflow.Sleep(ctx, in.Retention); err != nil {
 			return Result{}, err
@@ -140,6 +150,11 @@ func logAttempt(ctx workflow.Context, emailID string, attempt int, r AttemptResu
 // marker that stands for scheduledSendChange and localFirstAttemptChange in
 // the runs started since.
 const oneVersionMarkerChange = "one-version-marker"
+
+// closeWhenSettledVersion is the version of oneVersionMarkerChange whose
+// runs end when the email is settled, leaving the erasure of its message
+// to the retention sweep.
+const closeWhenSettledVersion = 2
 
 // localFirstAttemptChange is the workflow.GetVersion change id of the
 // first attempt made with the prepare step, as one local activity.

@@ -95,7 +95,9 @@ func run(t *testing.T, env *testsuite.TestWorkflowEnvironment, in Input) Result 
 	return r
 }
 
-func TestDeliveredAtOnceThenErasedAfterRetention(t *testing.T) {
+// A run ends as soon as its email is settled: the retention sweep, not the
+// workflow, erases the message later (internal/retention).
+func TestDeliveredAtOnceEndsTheRun(t *testing.T) {
 	env, st := newEnv(t, PrepareResult{Pending: 2}, AttemptResult{Delivered: 2})
 	start := env.Now()
 	r := run(t, env, Input{EmailID: testEmailID, Schedule: DefaultSchedule, Retention: DefaultRetention})
@@ -107,6 +109,21 @@ func TestDeliveredAtOnceThenErasedAfterRetention(t *testing.T) {
 	}
 	if !st.times[0].Equal(start) {
 		t.Fatalf("first attempt waited %s", st.times[0].Sub(start))
+	}
+	if ended := env.Now().Sub(start); ended != 0 || !st.erasedAt.IsZero() {
+		t.Fatalf("the run ended %s after its start, erased at %v: it waited for the retention time", ended, st.erasedAt)
+	}
+}
+
+// A run that began on version 1 of the version marker, before runs ended
+// when settled, keeps its message for the retention time after the last
+// attempt and erases it itself.
+func TestRunOfVersionOneErasesAfterRetention(t *testing.T) {
+	env, st := newEnv(t, PrepareResult{Pending: 2}, AttemptResult{Delivered: 2})
+	env.OnGetVersion(oneVersionMarkerChange, workflow.DefaultVersion, closeWhenSettledVersion).Return(workflow.Version(1))
+	r := run(t, env, Input{EmailID: testEmailID, Schedule: DefaultSchedule, Retention: DefaultRetention})
+	if r != (Result{Status: StatusSent, Attempts: 1}) || len(st.attempts) != 1 {
+		t.Fatalf("result %+v, attempts %+v", r, st.attempts)
 	}
 	if got := st.erasedAt.Sub(st.times[0]); got != DefaultRetention {
 		t.Fatalf("erased %s after the last attempt, want %s", got, DefaultRetention)
@@ -151,13 +168,14 @@ func TestScheduleComesFromInput(t *testing.T) {
 	}
 }
 
-// Nothing to send (every recipient suppressed): no attempt, but the message
-// is still erased after the retention time.
+// Nothing to send (every recipient suppressed): no attempt, and the run
+// ends at once.
 func TestNothingPendingMakesNoAttempt(t *testing.T) {
 	env, st := newEnv(t, PrepareResult{Pending: 0}, AttemptResult{})
+	start := env.Now()
 	r := run(t, env, Input{EmailID: testEmailID, Schedule: DefaultSchedule, Retention: time.Hour})
-	if r.Attempts != 0 || len(st.attempts) != 0 || st.erasedAt.IsZero() {
-		t.Fatalf("result %+v, attempts %d, erased %v", r, len(st.attempts), st.erasedAt)
+	if r != (Result{Status: StatusSent}) || len(st.attempts) != 0 || !env.Now().Equal(start) {
+		t.Fatalf("result %+v, attempts %d, ended after %s", r, len(st.attempts), env.Now().Sub(start))
 	}
 }
 

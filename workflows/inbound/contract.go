@@ -1,7 +1,7 @@
 // Package inbound is the workflow of one message received at the bounce
 // host: "inbound-message:<inbound_id>" handles the message once (classifies
-// it and applies its effects: bounces, complaints, suppressions, events),
-// keeps its bytes for the retention time and then erases them
+// it and applies its effects: bounces, complaints, suppressions, events)
+// and ends; the worker's retention sweep erases its bytes later
 // (docs/inbound.md).
 //
 // This file is the contract shared by the inbound listener and its sweep
@@ -37,7 +37,9 @@ const (
 func WorkflowID(inboundID string) string { return WorkflowIDPrefix + inboundID }
 
 // Input starts the workflow. Retention is the MAILYARD_EMAIL_RETENTION in
-// force when the message arrived.
+// force when the message arrived; only runs started before
+// close-when-handled read it (and a worker of that code, during a rolling
+// deploy).
 type Input struct {
 	InboundID string        `json:"inbound_id"`
 	Retention time.Duration `json:"retention"`

@@ -32,11 +32,11 @@ var eraseOptions = workflow.ActivityOptions{
 	RetryPolicy:         infrastructureRetry,
 }
 
-// Workflow handles one inbound message, keeps it for the retention time
-// and erases it.
+// Workflow handles one inbound message.
 //
-// Change it only behind workflow.GetVersion: runs stay open for the
-// retention time, and the replay tests hold histories of the current version.
+// Change it only behind workflow.GetVersion: runs from before
+// closeWhenHandledChange stay open for the retention time, and the replay
+// tests hold histories of each version.
 func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	var handled HandleResult
 	lctx := workflow.WithLocalActivityOptions(ctx, handleOptions)
@@ -51,6 +51,13 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	}
 	workflow.GetLogger(ctx).Info("inbound message handled", "inbound_id", in.InboundID, "kind", handled.Kind, "effects", handled.Effects)
 
+	// Runs started since close-when-handled end here: the retention sweep
+	// erases the message (internal/retention), so a handled message holds
+	// no workflow open, durable timer and erase step for the retention
+	// time. Runs from before keep their timer.
+	if workflow.GetVersion(ctx, closeWhenHandledChange, workflow.DefaultVersion, 1) == 1 {
+		return Result{Kind: handled.Kind, Effects: handled.Effects}, nil
+	}
 	if in.Retention > 0 {
 		if err := workflow.Sleep(ctx, in.Retention); err != nil {
 			return Result{}, err
@@ -62,3 +69,8 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	}
 	return Result{Kind: handled.Kind, Effects: handled.Effects}, nil
 }
+
+// closeWhenHandledChange is the workflow.GetVersion change id of runs that
+// end once the message is handled, leaving its erasure to the retention
+// sweep.
+const closeWhenHandledChange = "close-when-handled"

@@ -1,0 +1,117 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/testenv"
+)
+
+// The retention sweep erases the emails sent before the cutoff, oldest
+// first and at most limit at a time, with their recipients' signed
+// messages; an email sent since, or not sent yet, keeps its content, and
+// an erased one is not erased again.
+func TestEraseEmailsSentBefore(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		org := newOrg(t, st, "acme")
+		domain := newDomain(t, st, org, "x.example", store.DomainVerified)
+		now := time.Now()
+		sent := func(at time.Time) string {
+			t.Helper()
+			id := newEmail(t, st, org, domain, "ada@r.example")
+			if _, err := st.DB.NewUpdate().Model((*store.Email)(nil)).Set("status = ?", store.EmailSent).
+				Set("sent_at = ?", at.UTC()).Set("signed_message = ?", []byte("signed")).Where("id = ?", id).Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.DB.NewUpdate().Model((*store.EmailRecipient)(nil)).Set("signed_message = ?", []byte("tracked")).
+				Where("email_id = ?", id).Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		older, old, recent := sent(now.Add(-3*time.Hour)), sent(now.Add(-2*time.Hour)), sent(now)
+		queued := newEmail(t, st, org, domain, "bob@r.example")
+		erased := func(id string) bool {
+			t.Helper()
+			e := new(store.Email)
+			if err := st.DB.NewSelect().Model(e).Where("id = ?", id).Scan(ctx); err != nil {
+				t.Fatal(err)
+			}
+			var signed []byte
+			if err := st.DB.NewSelect().Model((*store.EmailRecipient)(nil)).Column("signed_message").
+				Where("email_id = ?", id).Scan(ctx, &signed); err != nil {
+				t.Fatal(err)
+			}
+			gone := e.Content == nil && e.SignedMessage == nil && signed == nil
+			if gone != (e.ErasedAt != nil) {
+				t.Fatalf("email %s half erased: content %q, signed %q, recipient's %q, erased at %v", id, e.Content, e.SignedMessage, signed, e.ErasedAt)
+			}
+			return gone
+		}
+		cutoff := now.Add(-time.Hour)
+		for i, want := range []int{1, 1, 0} {
+			n, err := st.EraseEmailsSentBefore(ctx, cutoff, 1)
+			if err != nil || n != want {
+				t.Fatalf("pass %d erased %d (%v), want %d", i, n, err, want)
+			}
+			if i == 0 && (!erased(older) || erased(old)) {
+				t.Fatal("the first pass did not erase the oldest email alone")
+			}
+		}
+		if !erased(old) || erased(recent) || erased(queued) {
+			t.Fatal("erased the wrong emails")
+		}
+	})
+}
+
+// The same for inbound messages: those handled before the cutoff lose
+// their bytes and addresses; one handled since, or not handled yet, keeps
+// them.
+func TestEraseInboundHandledBefore(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		now := time.Now()
+		message := func(handledAt *time.Time) string {
+			t.Helper()
+			m := &store.InboundMessage{ID: uuid.Must(uuid.NewV7()).String(), MailFrom: "mailer-daemon@r.example",
+				Recipients: store.AddressList{"bounces+x@mail.x.example"}, Raw: []byte("Subject: x\r\n\r\nbody")}
+			if err := st.CreateInboundMessage(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			if handledAt != nil {
+				if _, err := st.MarkInboundHandled(ctx, m.ID, store.InboundDSN, 0, 0); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := st.DB.NewUpdate().Model((*store.InboundMessage)(nil)).Set("handled_at = ?", handledAt.UTC()).
+					Where("id = ?", m.ID).Exec(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return m.ID
+		}
+		hoursAgo := now.Add(-2 * time.Hour)
+		old, recent, unhandled := message(&hoursAgo), message(&now), message(nil)
+		for i, want := range []int{1, 0} {
+			n, err := st.EraseInboundHandledBefore(ctx, now.Add(-time.Hour), 10)
+			if err != nil || n != want {
+				t.Fatalf("pass %d erased %d (%v), want %d", i, n, err, want)
+			}
+		}
+		for id, want := range map[string]bool{old: true, recent: false, unhandled: false} {
+			m, err := st.InboundMessageByID(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if gone := m.Raw == nil && len(m.Recipients) == 0 && m.MailFrom == "" && m.ErasedAt != nil; gone != want {
+				t.Fatalf("message %s: erased %v, want %v (%+v)", id, gone, want, m)
+			}
+		}
+	})
+}
