@@ -58,14 +58,15 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	// at once, on one marker. Each workflow.GetVersion of a new run records
 	// a marker and an upsert of the TemporalChangeVersion search attribute,
 	// two history events per change that the server persists for every
-	// email: one marker instead of two takes an email's history from 21
+	// email: one marker instead of two took an email's history from 21
 	// events to 19 (deploy/README.md, "Sizing"). Runs from before keep the
 	// markers they have.
 	//
 	// Version 2 of the marker closes the run once the email is settled:
 	// the retention sweep erases its message (internal/retention), so a
 	// sent email holds no workflow open, durable timer and erase step for
-	// MAILYARD_EMAIL_RETENTION. Runs on version 1 keep their timer.
+	// MAILYARD_EMAIL_RETENTION: its history is 8 events instead of 19.
+	// Runs on version 1 keep their timer.
 	marker := workflow.GetVersion(ctx, oneVersionMarkerChange, workflow.DefaultVersion, closeWhenSettledVersion)
 	current := marker >= 1
 
