@@ -16,6 +16,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/mailyard/mailyard/internal/apperr"
+	"github.com/mailyard/mailyard/internal/periodic"
 	"github.com/mailyard/mailyard/internal/store"
 )
 
@@ -396,7 +397,7 @@ func (c *recordingContext) BodyWriter() io.Writer {
 // database before it serves), then every idempotencySweepEvery. Every API
 // process sweeps; the deletes are idempotent.
 func (s *Server) sweepIdempotencyKeys(ctx context.Context) {
-	repeat(ctx, time.Minute, idempotencySweepEvery, func(ctx context.Context) {
+	periodic.Every(ctx, time.Minute, idempotencySweepEvery, func(ctx context.Context) {
 		if n, err := s.store.DeleteExpiredIdempotencyKeys(ctx, time.Now()); err != nil && ctx.Err() == nil {
 			s.logger.WarnContext(ctx, "deleting expired idempotency keys", "error", err)
 		} else if n > 0 {

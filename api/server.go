@@ -16,6 +16,7 @@ import (
 	"github.com/mailyard/mailyard/api/docsui"
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
+	"github.com/mailyard/mailyard/internal/periodic"
 	"github.com/mailyard/mailyard/internal/platformevents"
 	"github.com/mailyard/mailyard/internal/ratelimit"
 	"github.com/mailyard/mailyard/internal/secrets"
@@ -162,27 +163,11 @@ func (s *Server) erasePreviousSecrets(ctx context.Context) {
 	// The first pass waits a period too, like the idempotency sweep: a process
 	// that just started has nothing urgent to erase (deliveries never use an
 	// expired secret).
-	repeat(ctx, eraseEvery, eraseEvery, func(ctx context.Context) {
+	periodic.Every(ctx, eraseEvery, eraseEvery, func(ctx context.Context) {
 		if _, err := s.store.ErasePreviousSecrets(ctx); err != nil && ctx.Err() == nil {
 			s.logger.Warn("erase expired previous signing secrets", "error", err)
 		}
 	})
-}
-
-// repeat runs f first after first, then every period (from start to start),
-// until ctx ends: the API's background sweeps.
-func repeat(ctx context.Context, first, period time.Duration, f func(context.Context)) {
-	t := time.NewTimer(first)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		t.Reset(period)
-		f(ctx)
-	}
 }
 
 // humaConfig is the configuration both listeners share: no $schema links in

@@ -7,6 +7,7 @@ import (
 
 	"go.temporal.io/api/serviceerror"
 
+	"github.com/mailyard/mailyard/internal/periodic"
 	"github.com/mailyard/mailyard/workflows/email"
 	"github.com/mailyard/mailyard/workflows/onboarding"
 )
@@ -122,7 +123,7 @@ func (s *Server) workflowMissing(ctx context.Context, workflowID string) (bool, 
 // sweepUnstarted runs both sweeps every unstartedSweepEvery until ctx ends.
 // Every API process sweeps; what they do is idempotent.
 func (s *Server) sweepUnstarted(ctx context.Context) {
-	repeat(ctx, unstartedSweepEvery, unstartedSweepEvery, func(ctx context.Context) {
+	periodic.Every(ctx, unstartedSweepEvery, unstartedSweepEvery, func(ctx context.Context) {
 		if _, _, err := s.SweepUnstartedEmails(ctx); err != nil && ctx.Err() == nil {
 			s.logger.WarnContext(ctx, "sweeping unstarted emails", "error", err)
 		}

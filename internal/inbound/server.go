@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/mailyard/mailyard/internal/periodic"
 	"github.com/mailyard/mailyard/internal/searchattr"
 	"github.com/mailyard/mailyard/internal/smtpserver"
 	inboundwf "github.com/mailyard/mailyard/workflows/inbound"
@@ -86,18 +87,11 @@ func (b *Backend) sweep(ctx context.Context, after, every time.Duration) {
 	if every <= 0 {
 		every = DefaultSweepEvery
 	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	periodic.Every(ctx, every, every, func(ctx context.Context) {
 		if err := b.SweepOnce(ctx, time.Now().Add(-after)); err != nil && ctx.Err() == nil {
 			b.Logger.Warn("inbound sweep", "error", err)
 		}
-	}
+	})
 }
 
 // SweepOnce starts the workflows of messages received before cutoff that

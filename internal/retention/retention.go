@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/mailyard/mailyard/internal/periodic"
 	"github.com/mailyard/mailyard/internal/store"
 )
 
@@ -28,18 +29,12 @@ func Period(retention time.Duration) time.Duration {
 // Sweep erases, every Period(retention) until ctx ends, what is older
 // than retention.
 func Sweep(ctx context.Context, st *store.Store, retention time.Duration, logger *slog.Logger) {
-	t := time.NewTicker(Period(retention))
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every := Period(retention)
+	periodic.Every(ctx, every, every, func(ctx context.Context) {
 		if err := Once(ctx, st, time.Now().Add(-retention)); err != nil && ctx.Err() == nil {
 			logger.WarnContext(ctx, "retention sweep", "error", err)
 		}
-	}
+	})
 }
 
 // Once erases everything sent or handled before cutoff, a batch at a time.
