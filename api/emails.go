@@ -483,7 +483,8 @@ func (s *Server) startEmail(ctx context.Context, e *store.Email) error {
 	ctx, cancel := context.WithTimeout(ctx, startEmailTimeout)
 	defer cancel()
 	owner := searchattr.Owner{OrganizationID: e.OrganizationID, DomainID: e.DomainID}
-	return email.Start(ctx, s.temporal, e.ID, owner, s.emailSchedule, s.cfg.EmailRetention, e.ScheduledAt)
+	return email.Start(ctx, s.temporal, email.Starting{EmailID: e.ID, Owner: owner, Schedule: s.emailSchedule,
+		Retention: s.cfg.EmailRetention, ScheduledAt: e.ScheduledAt, Eager: s.eagerStart})
 }
 
 // addressStrings shows addresses as the client wrote them, "Name <addr>"

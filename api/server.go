@@ -41,10 +41,10 @@ type Deps struct {
 	DeliverySchedule []time.Duration
 	// EmailSchedule overrides the email retry schedule (tests).
 	EmailSchedule []time.Duration
-	// EagerDeliveryStart starts delivery workflows with eager workflow start:
-	// set when a worker shares this process and its Temporal client
+	// EagerStart starts delivery and email workflows with eager workflow
+	// start: set when a worker shares this process and its Temporal client
 	// (`mailyard dev`), see deliveryruns.Runs.EagerStart.
-	EagerDeliveryStart bool
+	EagerStart bool
 	// IdempotencyWait overrides how long a request waits for the answer of the
 	// same request still running before 409 idempotency_in_progress (tests).
 	IdempotencyWait time.Duration
@@ -68,6 +68,8 @@ type Server struct {
 	// emailSchedule is the retry schedule new emails start with (nil: the
 	// default).
 	emailSchedule []time.Duration
+	// eagerStart: Deps.EagerStart.
+	eagerStart bool
 
 	onboarding *onboardingRuns
 	lifecycle  *domainLifecycle
@@ -94,10 +96,11 @@ func New(d Deps) *Server {
 	}
 	s.idempotencyWait = d.IdempotencyWait
 	s.emailSchedule = d.EmailSchedule
+	s.eagerStart = d.EagerStart
 	if s.idempotencyWait <= 0 {
 		s.idempotencyWait = defaultIdempotencyWait
 	}
-	s.deliveries = &deliveryruns.Runs{Temporal: d.Temporal, Store: d.Store, Schedule: d.DeliverySchedule, Logger: d.Logger, EagerStart: d.EagerDeliveryStart}
+	s.deliveries = &deliveryruns.Runs{Temporal: d.Temporal, Store: d.Store, Schedule: d.DeliverySchedule, Logger: d.Logger, EagerStart: d.EagerStart}
 	s.platform = &platformevents.Emitter{Store: d.Store, Runs: s.deliveries}
 	s.lifecycle = &domainLifecycle{temporal: d.Temporal, store: d.Store, retain: d.Config.DKIMRetain, recheckEvery: d.Config.DKIMRecheck}
 	s.onboarding = &onboardingRuns{temporal: d.Temporal, store: d.Store, verifier: d.Verifier, schedule: onboardingSchedule(d.Config.VerifySchedule), logger: d.Logger}

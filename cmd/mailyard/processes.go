@@ -66,14 +66,15 @@ func serveAPI(ctx context.Context, cfg *config.Config, st *store.Store, tc clien
 // default schedule, in every binary that ships.
 var testEmailSchedule []time.Duration
 
-// serveAPIWith is serveAPI; eager starts delivery workflows with eager
-// workflow start, for a process whose workers share tc (`mailyard dev`).
+// serveAPIWith is serveAPI; eager starts delivery and email workflows with
+// eager workflow start, for a process whose workers share tc (`mailyard
+// dev`).
 func serveAPIWith(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger, eager bool) error {
 	verifier, err := verification.New(st, cfg.DNSResolver, cfg.SPFHost, cfg.BounceHost)
 	if err != nil {
 		return err
 	}
-	srv := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: logger, Verifier: verifier, EagerDeliveryStart: eager,
+	srv := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: logger, Verifier: verifier, EagerStart: eager,
 		EmailSchedule: testEmailSchedule})
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { srv.Run(ctx); return nil })
@@ -291,16 +292,17 @@ func cmdSubmission(ctx context.Context, logger *slog.Logger) error {
 	return withStoreAndTemporal(ctx, logger, "submission", config.NeedSubmission,
 		func(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger) error {
 			return withMetricsListener(ctx, cfg, logger, func(ctx context.Context) error {
-				return serveSubmission(ctx, cfg, st, tc, logger)
+				return serveSubmission(ctx, cfg, st, tc, logger, false)
 			})
 		})
 }
 
-// serveSubmission runs SMTP submission until ctx ends.
-func serveSubmission(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger) error {
+// serveSubmission runs SMTP submission until ctx ends; eager as for
+// serveAPIWith.
+func serveSubmission(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger, eager bool) error {
 	b := &submission.Backend{
 		Store: st, Temporal: tc, Limits: ratelimit.New(cfg.RateLimit), AllowInsecureAuth: cfg.Submission.AllowInsecureAuth,
-		Retention: cfg.EmailRetention, Logger: logger.With("component", "submission"),
+		Retention: cfg.EmailRetention, EagerStart: eager, Logger: logger.With("component", "submission"),
 	}
 	return b.Serve(ctx, submission.Listener{
 		Addr: cfg.Submission.Addr, TLSAddr: cfg.Submission.TLSAddr,

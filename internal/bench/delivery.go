@@ -282,7 +282,7 @@ func measureDelivery(ctx context.Context, out io.Writer, temporalAddr, mailyardB
 	ing := newIngester(internal.URL + "/internal/v1/events")
 	// The same API with eager workflow start: tc also runs the delivery
 	// worker, as in `mailyard dev`.
-	eager := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: discard, EagerDeliveryStart: true})
+	eager := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: discard, EagerStart: true})
 	eagerInternal := httptest.NewServer(eager.InternalHandler())
 	defer eagerInternal.Close()
 	ingEager := newIngester(eagerInternal.URL + "/internal/v1/events")

@@ -72,7 +72,10 @@ type Backend struct {
 	// them (nil: the workflow's default schedule).
 	Schedule  []time.Duration
 	Retention time.Duration
-	Logger    *slog.Logger
+	// EagerStart starts the workflows with eager workflow start, for a
+	// process whose worker shares Temporal (`mailyard dev`).
+	EagerStart bool
+	Logger     *slog.Logger
 
 	// starts are the workflow starts under way after a 250.
 	starts sync.WaitGroup
@@ -252,7 +255,8 @@ func (s *session) Data(r io.Reader) error {
 		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 		defer cancel()
 		owner := searchattr.Owner{OrganizationID: e.OrganizationID, DomainID: e.DomainID}
-		if err := email.Start(ctx, s.b.Temporal, e.ID, owner, s.b.Schedule, s.b.Retention, nil); err != nil {
+		start := email.Starting{EmailID: e.ID, Owner: owner, Schedule: s.b.Schedule, Retention: s.b.Retention, Eager: s.b.EagerStart}
+		if err := email.Start(ctx, s.b.Temporal, start); err != nil {
 			s.b.Logger.Warn("submission: email stored, its workflow not started yet (the API's sweep will)", "email_id", e.ID, "error", err)
 		}
 	}()

@@ -107,22 +107,40 @@ type Input struct {
 	ScheduledAt *time.Time `json:"scheduled_at,omitempty"`
 }
 
-// Start starts the workflow of a stored email, with the owner's search
-// attributes; every way of sending (the API, SMTP submission, the sweep of
-// emails whose start failed) starts it here. A second start of the same
-// email joins its run while it is open, and is refused once it has ended.
-// An empty schedule takes DefaultSchedule.
-func Start(ctx context.Context, tc client.Client, emailID string, owner searchattr.Owner, schedule []time.Duration, retention time.Duration, scheduledAt *time.Time) error {
+// Starting is one start of a stored email's workflow.
+type Starting struct {
+	EmailID string
+	// Owner gives the run its search attributes.
+	Owner searchattr.Owner
+	// Schedule (empty: DefaultSchedule), Retention and ScheduledAt are the
+	// run's Input.
+	Schedule    []time.Duration
+	Retention   time.Duration
+	ScheduledAt *time.Time
+	// Eager asks the server to hand the first workflow task straight back
+	// to a worker of the starting process (Temporal's eager workflow
+	// start), for a process whose worker shares its client, as `mailyard
+	// dev`; otherwise the start is an ordinary one.
+	Eager bool
+}
+
+// Start starts the workflow of a stored email; every way of sending (the
+// API, SMTP submission, the sweep of emails whose start failed) starts it
+// here. A second start of the same email joins its run while it is open,
+// and is refused once it has ended.
+func Start(ctx context.Context, tc client.Client, s Starting) error {
+	schedule := s.Schedule
 	if len(schedule) == 0 {
 		schedule = DefaultSchedule
 	}
 	opts := client.StartWorkflowOptions{
-		ID: WorkflowID(emailID), TaskQueue: TaskQueue,
-		TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("email " + emailID),
+		ID: WorkflowID(s.EmailID), TaskQueue: TaskQueue,
+		TypedSearchAttributes: s.Owner.Attributes(), StaticSummary: s.Owner.Summary("email " + s.EmailID),
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		EnableEagerStart:         s.Eager,
 	}
-	_, err := tc.ExecuteWorkflow(ctx, opts, WorkflowName, Input{EmailID: emailID, Schedule: schedule, Retention: retention, ScheduledAt: scheduledAt})
+	_, err := tc.ExecuteWorkflow(ctx, opts, WorkflowName, Input{EmailID: s.EmailID, Schedule: schedule, Retention: s.Retention, ScheduledAt: s.ScheduledAt})
 	return err
 }
 
