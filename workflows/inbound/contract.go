@@ -73,9 +73,9 @@ type Result struct {
 
 // Start starts the workflow of a stored message. owner holds the ids of the
 // email whose envelope sender received it, when known; the workflow adds
-// them once it has read a report sent to the bounce host itself. A message
-// whose workflow already exists (a second start by the sweep) is fine: the
-// run is the same.
+// them once it has read a report sent to the bounce host itself. A second
+// start of a message (by the sweep) joins its run while it is open; once the
+// run has ended, the message is handled and the sweep no longer lists it.
 func Start(ctx context.Context, tc client.Client, inboundID string, owner searchattr.Owner, retention time.Duration) error {
 	opts := client.StartWorkflowOptions{
 		ID: WorkflowID(inboundID), TaskQueue: TaskQueue,
