@@ -195,14 +195,11 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 	}
 	srvCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	a := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: discard})
-	go a.Run(srvCtx)
-	public := httptest.NewServer(a.Handler())
-	defer public.Close()
-	poster, err := newEmailPoster(public.URL+"/api/v1/emails", sendKey)
+	poster, stop, err := startEmailAPI(srvCtx, api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: discard}, sendKey)
 	if err != nil {
 		return fig, err
 	}
+	defer stop()
 
 	if fig.plain, err = measurePlainSMTP(ctx, rcv, sendSigned); err != nil {
 		return fig, err
@@ -256,14 +253,11 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 
 	// The same with eager workflow start: this process's worker gets each
 	// email's first workflow task in the answer to its start.
-	eager := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: discard, EagerStart: true})
-	go eager.Run(srvCtx)
-	eagerPublic := httptest.NewServer(eager.Handler())
-	defer eagerPublic.Close()
-	eagerPoster, err := newEmailPoster(eagerPublic.URL+"/api/v1/emails", sendKey)
+	eagerPoster, stopEager, err := startEmailAPI(srvCtx, api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: discard, EagerStart: true}, sendKey)
 	if err != nil {
 		return fig, err
 	}
+	defer stopEager()
 	waitEmailsIdle(ctx, st)
 	if lat, err = emailLatency(ctx, eagerPoster, rcv); err != nil {
 		return fig, err
@@ -279,6 +273,19 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 		return fig, fmt.Errorf("%d messages reached the SMTP server without a DKIM signature", n)
 	}
 	return fig, nil
+}
+
+// startEmailAPI serves an API made of d on a loopback listener until ctx
+// ends or stop is called, and returns a poster of emails to it with sendKey.
+func startEmailAPI(ctx context.Context, d api.Deps, sendKey string) (poster *emailPoster, stop func(), err error) {
+	a := api.New(d)
+	go a.Run(ctx)
+	public := httptest.NewServer(a.Handler())
+	if poster, err = newEmailPoster(public.URL+"/api/v1/emails", sendKey); err != nil {
+		public.Close()
+		return nil, nil, err
+	}
+	return poster, public.Close, nil
 }
 
 // seedSendingDomain makes an organization with a verified domain, its active

@@ -401,11 +401,14 @@ func (s *Store) AcceptEmail(ctx context.Context, id, envelopeSender string, reci
 // run left it, so of two runs of the step the second waits for the first
 // and counts nothing.
 func (s *Store) acceptEmailInOneStatement(ctx context.Context, id, envelopeSender string, recipients int) (string, error) {
-	count := statUpsert(StatAccepted, bun.SafeQuery(
+	count, err := statUpsert(StatAccepted, bun.SafeQuery(
 		"SELECT organization_id, domain_id, (created_at AT TIME ZONE 'UTC')::date, ? FROM accepted WHERE first_time AND ? > 0",
 		recipients, recipients))
+	if err != nil {
+		return "", err
+	}
 	var stored string
-	err := s.DB.NewRaw(`WITH accepted AS (
+	err = s.DB.NewRaw(`WITH accepted AS (
 	UPDATE emails AS e SET
 		status = CASE WHEN e.status = ? THEN ? ELSE e.status END,
 		envelope_sender = COALESCE(e.envelope_sender, ?),

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -117,11 +116,11 @@ func StageEmailEvent(ctx context.Context, db bun.IDB, ev *Event, orgID, domainID
 func stageEmailEventInOneStatement(ctx context.Context, db bun.IDB, ev *Event, orgID, domainID int64, counter StatCounter, newID func() (string, error)) (bool, error) {
 	q := db.NewSelect().With("staged", db.NewInsert().Model(ev).On("CONFLICT (event_id) DO NOTHING").Returning("id"))
 	if counter != "" {
-		if !counter.Valid() {
-			return false, fmt.Errorf("unknown stat counter %q", counter)
+		count, err := statUpsert(counter, bun.SafeQuery("SELECT ?, ?, ?::date, 1 FROM staged", orgID, domainID, ev.OccurredAt.UTC().Format(dayLayout)))
+		if err != nil {
+			return false, err
 		}
-		q = q.With("counted", db.NewRaw("?", statUpsert(counter,
-			bun.SafeQuery("SELECT ?, ?, ?::date, 1 FROM staged", orgID, domainID, ev.OccurredAt.UTC().Format(dayLayout)))))
+		q = q.With("counted", db.NewRaw("?", count))
 	}
 	// One row per enabled webhook (or one without a webhook) when the event
 	// is new; none when its event_id was seen before.

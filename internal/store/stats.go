@@ -98,28 +98,28 @@ type DailyStats struct {
 // concurrent calls for the same row never lose an increment (PostgreSQL locks
 // the row; SQLite has one writer).
 func CountEmailEvent(ctx context.Context, db bun.IDB, orgID, domainID int64, counter StatCounter, at time.Time, n int) error {
-	if !counter.Valid() {
-		return fmt.Errorf("unknown stat counter %q", counter)
-	}
 	if n < 0 {
 		return fmt.Errorf("stat counter %s: negative increment %d", counter, n)
 	}
-	if n == 0 {
-		return nil
+	count, err := statUpsert(counter, bun.SafeQuery("VALUES (?, ?, ?, ?)", orgID, domainID, at.UTC().Format(dayLayout), n))
+	if err != nil || n == 0 {
+		return err
 	}
-	_, err := db.NewRaw("?", statUpsert(counter,
-		bun.SafeQuery("VALUES (?, ?, ?, ?)", orgID, domainID, at.UTC().Format(dayLayout), n))).Exec(ctx)
+	_, err = db.NewRaw("?", count).Exec(ctx)
 	return err
 }
 
 // statUpsert is the one statement every count goes through: it adds n to
 // counter in the rollup row of each (organization_id, domain_id, day, n)
 // that rows yields (a VALUES list, or a SELECT inside a larger statement).
-// The counter must be Valid: it is a column name.
-func statUpsert(counter StatCounter, rows schema.QueryWithArgs) schema.QueryWithArgs {
+// The counter becomes a column name, so one that is not Valid is an error.
+func statUpsert(counter StatCounter, rows schema.QueryWithArgs) (schema.QueryWithArgs, error) {
+	if !counter.Valid() {
+		return schema.QueryWithArgs{}, fmt.Errorf("unknown stat counter %q", counter)
+	}
 	return bun.SafeQuery("INSERT INTO email_stats_daily (organization_id, domain_id, day, ?0) ?1 "+
 		"ON CONFLICT (organization_id, domain_id, day) DO UPDATE SET ?0 = email_stats_daily.?0 + excluded.?0",
-		bun.Ident(string(counter)), rows)
+		bun.Ident(string(counter)), rows), nil
 }
 
 // Stats returns the organization's counters (of one domain when domainID is
