@@ -137,7 +137,7 @@ func cmdDev(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 
-	tc, err := dialTemporal(cfg, logger)
+	tc, err := dialTemporalNow(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}

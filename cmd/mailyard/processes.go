@@ -56,6 +56,20 @@ func dialTemporal(cfg *config.Config, logger *slog.Logger) (client.Client, error
 	return client.NewLazyClient(opts)
 }
 
+// dialTemporalNow connects at once, for `mailyard dev`, whose Temporal
+// server this process has just started. The client learns the server's
+// capabilities before the API and the workers share it: eager workflow
+// start needs them, and the SDK reads them without a lock when it starts
+// a workflow, so a lazy client, which learns them when its first worker
+// starts, races the API's first eager start.
+func dialTemporalNow(ctx context.Context, cfg *config.Config, logger *slog.Logger) (client.Client, error) {
+	opts, err := temporalclient.Options(cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	return client.DialContext(ctx, opts)
+}
+
 // serveAPI runs the public and internal listeners until ctx ends.
 func serveAPI(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger) error {
 	return serveAPIWith(ctx, cfg, st, tc, logger, false)

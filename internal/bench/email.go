@@ -218,7 +218,7 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 	// run is read until its last workflow task has run.
 	cpu := cpuSampler{temporalPid: temporalPid}
 	for round := range emailRounds {
-		waitEmailsIdle(ctx, st)
+		waitIdle(ctx, tc, emailsRunning)
 		before := cpu.sample()
 		c, err := runCeiling(ctx, tc, emailCeilingQueue, rcv, emailSaturation)
 		if err != nil {
@@ -230,7 +230,7 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 		if err != nil {
 			return fig, err
 		}
-		waitEmailsIdle(ctx, st)
+		waitIdle(ctx, tc, emailsRunning)
 		after := cpu.sample()
 		fmt.Fprintf(out, "  round %d: mailyard %6.1f /s   ceiling %6.1f /s\n", round+1, m, c)
 		fig.ceiling += c / emailRounds
@@ -239,7 +239,7 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 		fig.emailCPU = fig.emailCPU.add(after.sub(between).per(emailSaturation * emailRounds))
 	}
 
-	waitEmailsIdle(ctx, st)
+	waitIdle(ctx, tc, emailsRunning)
 	alone, err := emailAloneLatency(ctx, poster, rcv)
 	if err != nil {
 		return fig, err
@@ -258,7 +258,7 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 		return fig, err
 	}
 	defer stopEager()
-	waitEmailsIdle(ctx, st)
+	waitIdle(ctx, tc, emailsRunning)
 	if lat, err = emailLatency(ctx, eagerPoster, rcv); err != nil {
 		return fig, err
 	}
@@ -274,6 +274,10 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 	}
 	return fig, nil
 }
+
+// emailsRunning counts, for waitIdle, the email workflows not yet ended:
+// a run ends once its email is settled.
+const emailsRunning = "WorkflowType = '" + email.WorkflowName + "' AND ExecutionStatus = 'Running'"
 
 // startEmailAPI serves an API made of d on a loopback listener until ctx
 // ends or stop is called, and returns a poster of emails to it with sendKey.
@@ -467,21 +471,6 @@ func runEmails(ctx context.Context, poster *emailPoster, rcv *arrivals, n int) (
 	return float64(n) / time.Since(start).Seconds(), nil
 }
 
-// waitEmailsIdle waits until every email is sent (its outcome recorded after
-// the 250), then a moment for the workflow tasks that follow, so the next
-// run does not pay for the tail of this one. Email workflows stay open for the
-// retention time, so Temporal's count of running workflows cannot tell.
-func waitEmailsIdle(ctx context.Context, st *store.Store) {
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		n, err := st.DB.NewSelect().Table("emails").Where("status = ?", store.EmailQueued).Count(ctx)
-		if err == nil && n == 0 {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	time.Sleep(time.Second)
-}
 
 // emailLatency posts emailLatencyRate emails a second for
 // emailLatencyDuration and returns, sorted, the time from each 202 to the

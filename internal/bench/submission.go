@@ -103,7 +103,7 @@ func measureSubmission(ctx context.Context, out io.Writer, st *store.Store, tc c
 	if err := rcv.wait(ctx, time.Minute); err != nil {
 		return err
 	}
-	waitEmailsIdle(ctx, st)
+	waitIdle(ctx, tc, emailsRunning)
 	rcv.expect(submissionEmails)
 	start := time.Now()
 	if err := sendAll(submissionEmails, nil); err != nil {
@@ -118,7 +118,7 @@ func measureSubmission(ctx context.Context, out io.Writer, st *store.Store, tc c
 
 	// Latency at a steady rate: one message every 1/rate s on the same
 	// authenticated connections.
-	waitEmailsIdle(ctx, st)
+	waitIdle(ctx, tc, emailsRunning)
 	n := submissionLatencyRate * int(submissionLatencyTime/time.Second)
 	rcv.expect(n)
 	var mu sync.Mutex
