@@ -471,7 +471,6 @@ func runEmails(ctx context.Context, poster *emailPoster, rcv *arrivals, n int) (
 	return float64(n) / time.Since(start).Seconds(), nil
 }
 
-
 // emailLatency posts emailLatencyRate emails a second for
 // emailLatencyDuration and returns, sorted, the time from each 202 to the
 // sink's 250 for that email.
