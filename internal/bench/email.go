@@ -91,6 +91,8 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 	row("ceiling (1 workflow + 1 activity, same SMTP send)", "/s", dev.ceiling, prod.ceiling)
 	row(fmt.Sprintf("saturation, %d emails, %d concurrent POSTs: mailyard", emailSaturation, senders), "/s", dev.saturation, prod.saturation)
 	row("  mailyard / ceiling (goal ≥ 130)", "%", 100*dev.saturation/dev.ceiling, 100*prod.saturation/prod.ceiling)
+	row("  with eager start (API and worker in one process, as `mailyard dev`)", "/s", dev.eagerSaturation, prod.eagerSaturation)
+	row("    mailyard with eager start / ceiling", "%", 100*dev.eagerSaturation/dev.ceiling, 100*prod.eagerSaturation/prod.ceiling)
 	cpuRows := func(path, self string, dev, prod cpuSample) {
 		row("  CPU per email: "+path, "ms", ms(dev.total()), ms(prod.total()))
 		row("    of which this process ("+self+")", "ms", ms(dev.self), ms(prod.self))
@@ -99,6 +101,7 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 	}
 	cpuRows("ceiling", "its worker", dev.ceilingCPU, prod.ceilingCPU)
 	cpuRows("mailyard", "API and worker", dev.emailCPU, prod.emailCPU)
+	cpuRows("mailyard, eager start", "API and worker", dev.eagerCPU, prod.eagerCPU)
 	row(fmt.Sprintf("one email at a time (%d), API 202 → SMTP 250, p50", emailAlone), "ms", ms(dev.aloneP50), ms(prod.aloneP50))
 	row(fmt.Sprintf("%d emails/s for %s, API 202 → SMTP 250, p50 (goal < 100)", emailLatencyRate, emailLatencyDuration), "ms", ms(dev.p50), ms(prod.p50))
 	row("  p90", "ms", ms(dev.p90), ms(prod.p90))
@@ -112,8 +115,8 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 
 // emailFigures are one Temporal server's email measurements.
 type emailFigures struct {
-	plain, ceiling, saturation float64 // per second
-	ceilingCPU, emailCPU       cpuSample
+	plain, ceiling, saturation, eagerSaturation float64 // per second
+	ceilingCPU, emailCPU, eagerCPU              cpuSample
 	aloneP50, p50, p90, p99    time.Duration
 	eagerP50, eagerP99         time.Duration
 }
@@ -200,6 +203,13 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 		return fig, err
 	}
 	defer stop()
+	// The same API with eager workflow start: this process's worker gets
+	// each email's first workflow task in the answer to its start.
+	eagerPoster, stopEager, err := startEmailAPI(srvCtx, api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: discard, EagerStart: true}, sendKey)
+	if err != nil {
+		return fig, err
+	}
+	defer stopEager()
 
 	if fig.plain, err = measurePlainSMTP(ctx, rcv, sendSigned); err != nil {
 		return fig, err
@@ -209,8 +219,10 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 	if _, err := runCeiling(ctx, tc, emailCeilingQueue, rcv, 20); err != nil {
 		return fig, err
 	}
-	if _, err := runEmails(ctx, poster, rcv, 20); err != nil {
-		return fig, err
+	for _, p := range []*emailPoster{poster, eagerPoster} {
+		if _, err := runEmails(ctx, p, rcv, 20); err != nil {
+			return fig, err
+		}
 	}
 
 	// Measured alternately and averaged, as the delivery benchmark does: the
@@ -232,11 +244,19 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 		}
 		waitIdle(ctx, tc, emailsRunning)
 		after := cpu.sample()
-		fmt.Fprintf(out, "  round %d: mailyard %6.1f /s   ceiling %6.1f /s\n", round+1, m, c)
+		e, err := runEmails(ctx, eagerPoster, rcv, emailSaturation)
+		if err != nil {
+			return fig, err
+		}
+		waitIdle(ctx, tc, emailsRunning)
+		afterEager := cpu.sample()
+		fmt.Fprintf(out, "  round %d: mailyard %6.1f /s   with eager start %6.1f /s   ceiling %6.1f /s\n", round+1, m, e, c)
 		fig.ceiling += c / emailRounds
 		fig.saturation += m / emailRounds
+		fig.eagerSaturation += e / emailRounds
 		fig.ceilingCPU = fig.ceilingCPU.add(between.sub(before).per(emailSaturation * emailRounds))
 		fig.emailCPU = fig.emailCPU.add(after.sub(between).per(emailSaturation * emailRounds))
+		fig.eagerCPU = fig.eagerCPU.add(afterEager.sub(after).per(emailSaturation * emailRounds))
 	}
 
 	waitIdle(ctx, tc, emailsRunning)
@@ -251,13 +271,6 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 	}
 	fig.p50, fig.p90, fig.p99 = percentile(lat, 50), percentile(lat, 90), percentile(lat, 99)
 
-	// The same with eager workflow start: this process's worker gets each
-	// email's first workflow task in the answer to its start.
-	eagerPoster, stopEager, err := startEmailAPI(srvCtx, api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: discard, EagerStart: true}, sendKey)
-	if err != nil {
-		return fig, err
-	}
-	defer stopEager()
 	waitIdle(ctx, tc, emailsRunning)
 	if lat, err = emailLatency(ctx, eagerPoster, rcv); err != nil {
 		return fig, err

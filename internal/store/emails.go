@@ -402,8 +402,8 @@ func (s *Store) AcceptEmail(ctx context.Context, id, envelopeSender string, reci
 // and counts nothing.
 func (s *Store) acceptEmailInOneStatement(ctx context.Context, id, envelopeSender string, recipients int) (string, error) {
 	count, err := statUpsert(StatAccepted, bun.SafeQuery(
-		"SELECT organization_id, domain_id, (created_at AT TIME ZONE 'UTC')::date, ? FROM accepted WHERE first_time AND ? > 0",
-		recipients, recipients))
+		"SELECT organization_id, domain_id, (created_at AT TIME ZONE 'UTC')::date, ?, ? FROM accepted WHERE first_time AND ? > 0",
+		recipients, statShard(), recipients))
 	if err != nil {
 		return "", err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"time"
@@ -101,7 +102,7 @@ func CountEmailEvent(ctx context.Context, db bun.IDB, orgID, domainID int64, cou
 	if n < 0 {
 		return fmt.Errorf("stat counter %s: negative increment %d", counter, n)
 	}
-	count, err := statUpsert(counter, bun.SafeQuery("VALUES (?, ?, ?, ?)", orgID, domainID, at.UTC().Format(dayLayout), n))
+	count, err := statUpsert(counter, bun.SafeQuery("VALUES (?, ?, ?, ?, ?)", orgID, domainID, at.UTC().Format(dayLayout), n, statShard()))
 	if err != nil || n == 0 {
 		return err
 	}
@@ -110,22 +111,32 @@ func CountEmailEvent(ctx context.Context, db bun.IDB, orgID, domainID int64, cou
 }
 
 // statUpsert is the one statement every count goes through: it adds n to
-// counter in the rollup row of each (organization_id, domain_id, day, n)
-// that rows yields (a VALUES list, or a SELECT inside a larger statement).
-// The counter becomes a column name, so one that is not Valid is an error.
+// counter in the rollup row of each (organization_id, domain_id, day, n,
+// shard) that rows yields (a VALUES list, or a SELECT inside a larger
+// statement), with shard from statShard. The counter becomes a column name,
+// so one that is not Valid is an error.
 func statUpsert(counter StatCounter, rows schema.QueryWithArgs) (schema.QueryWithArgs, error) {
 	if !counter.Valid() {
 		return schema.QueryWithArgs{}, fmt.Errorf("unknown stat counter %q", counter)
 	}
-	return bun.SafeQuery("INSERT INTO email_stats_daily (organization_id, domain_id, day, ?0) ?1 "+
-		"ON CONFLICT (organization_id, domain_id, day) DO UPDATE SET ?0 = email_stats_daily.?0 + excluded.?0",
+	return bun.SafeQuery("INSERT INTO email_stats_daily (organization_id, domain_id, day, ?0, shard) ?1 "+
+		"ON CONFLICT (organization_id, domain_id, day, shard) DO UPDATE SET ?0 = email_stats_daily.?0 + excluded.?0",
 		bun.Ident(string(counter)), rows), nil
 }
 
+// StatShards is how many rows hold one (organization, domain, day)'s
+// counters. Each increment holds its row's lock until its transaction
+// commits, and a busy domain's transactions count concurrently: spread over
+// shard rows, they seldom wait on each other. Reads add the shards up.
+const StatShards = 16
+
+// statShard picks the shard row of one increment.
+func statShard() int { return rand.IntN(StatShards) }
+
 // Stats returns the organization's counters (of one domain when domainID is
 // set) for every UTC day from start to end, both included, in order; days
-// without a row count zero. It reads the rollup only: at most one row per
-// domain and day.
+// without a row count zero. It reads the rollup only: at most StatShards
+// rows per domain and day.
 func (s *Store) Stats(ctx context.Context, orgID int64, domainID *int64, start, end time.Time) ([]DailyStats, error) {
 	first, last := utcDay(start), utcDay(end)
 	if last.Before(first) {

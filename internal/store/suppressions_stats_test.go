@@ -85,8 +85,8 @@ func TestCountEmailEventConcurrentIncrementsAreExact(t *testing.T) {
 			t.Fatalf("counters after %d concurrent increments: %+v", writers, got)
 		}
 		rows, err := st.DB.NewSelect().TableExpr("email_stats_daily").Count(ctx)
-		if err != nil || rows != 1 {
-			t.Fatalf("rollup rows %d (%v), want 1", rows, err)
+		if err != nil || rows < 1 || rows > store.StatShards {
+			t.Fatalf("rollup rows %d (%v), want 1 to %d shards of one day", rows, err, store.StatShards)
 		}
 		if next := statsOn(t, st, org, nil, "2026-11-24"); next != (store.StatCounts{}) {
 			t.Fatalf("the next UTC day counted %+v", next)
