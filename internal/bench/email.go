@@ -117,8 +117,8 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 type emailFigures struct {
 	plain, ceiling, saturation, eagerSaturation float64 // per second
 	ceilingCPU, emailCPU, eagerCPU              cpuSample
-	aloneP50, p50, p90, p99    time.Duration
-	eagerP50, eagerP99         time.Duration
+	aloneP50, p50, p90, p99                     time.Duration
+	eagerP50, eagerP99                          time.Duration
 }
 
 // measureEmail measures on the Temporal server at temporalAddr (process
