@@ -116,9 +116,13 @@ func Run(ctx context.Context, d Deps) error {
 		}
 		started = append(started, w)
 	}
+	// The sweep ends before Run returns: the caller closes the store after.
 	sweepCtx, stopSweep := context.WithCancel(ctx)
-	defer stopSweep()
-	go retention.Sweep(sweepCtx, d.Store, d.Config.EmailRetention, d.Logger.With("component", "retention"))
+	var sweeping sync.WaitGroup
+	sweeping.Go(func() {
+		retention.Sweep(sweepCtx, d.Store, d.Config.EmailRetention, d.Logger.With("component", "retention"))
+	})
+	defer func() { stopSweep(); sweeping.Wait() }()
 	select {
 	case <-ctx.Done():
 		d.Logger.Info("stopping workers", "timeout", StopTimeout.String())
