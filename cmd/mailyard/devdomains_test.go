@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/dnspublish"
+	"github.com/mailyard/mailyard/internal/freeport"
 	"github.com/mailyard/mailyard/internal/platformevents"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
@@ -29,11 +29,7 @@ func TestDevDomainsUnderTestVerifyThemselves(t *testing.T) {
 	cfg := &config.Config{DKIMHost: "dkim.mailyard.test", SPFHost: "spf.mailyard.test", BounceHost: "bounces.mailyard.test", MXPriority: 10}
 
 	// The dev DNS server, as cmdDev starts it, on a free port.
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
+	pc, ln, err := freeport.ListenBoth("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

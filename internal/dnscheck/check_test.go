@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/mailyard/mailyard/internal/freeport"
 )
 
 const (
@@ -180,19 +182,11 @@ func splitForTest(s string) []string {
 // listenBoth binds UDP and TCP on one free port of 127.0.0.1.
 func listenBoth(t *testing.T) (net.PacketConn, net.Listener) {
 	t.Helper()
-	for range 10 {
-		udp, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		tcp, err := net.Listen("tcp", udp.LocalAddr().String())
-		if err == nil {
-			return udp, tcp
-		}
-		udp.Close()
+	udp, tcp, err := freeport.ListenBoth("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free port for both UDP and TCP")
-	return nil, nil
+	return udp, tcp
 }
 
 func mustNew(t *testing.T, addr string, timeout time.Duration) *Checker {

@@ -1,7 +1,8 @@
 // Package freeport picks ports nobody listens on, for servers that run as other
 // processes and must be told a port rather than handed a listener (the Temporal
 // dev server and the real Temporal server, BIND, mailyard's own processes in the
-// tests). The one implementation for the product and its tests.
+// tests), and binds one port for both UDP and TCP for a DNS server in the
+// process (ListenBoth). The one implementation for the product and its tests.
 package freeport
 
 import (
@@ -69,4 +70,24 @@ func Port(ip string) (int, error) {
 		return 0, err
 	}
 	return ports[0], nil
+}
+
+// ListenBoth binds UDP and TCP on one port of ip, as a DNS server in the
+// same process serves both: the kernel picks a free UDP port, and TCP must
+// get the same one, which another listener may hold, so it tries again
+// with other ports a few times.
+func ListenBoth(ip string) (net.PacketConn, net.Listener, error) {
+	var err error
+	for range 20 {
+		var pc net.PacketConn
+		if pc, err = net.ListenPacket("udp", net.JoinHostPort(ip, "0")); err != nil {
+			return nil, nil, err
+		}
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", pc.LocalAddr().String()); err == nil {
+			return pc, ln, nil
+		}
+		pc.Close()
+	}
+	return nil, nil, fmt.Errorf("no port of %s free for both UDP and TCP: %w", ip, err)
 }

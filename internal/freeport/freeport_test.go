@@ -82,3 +82,16 @@ func TestPortIsNotHandedOutTwice(t *testing.T) {
 		seen[p] = true
 	}
 }
+
+// ListenBoth hands back UDP and TCP listeners on one port.
+func TestListenBothBindsOnePortForUDPAndTCP(t *testing.T) {
+	pc, ln, err := ListenBoth("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	defer ln.Close()
+	if pc.LocalAddr().String() != ln.Addr().String() {
+		t.Fatalf("UDP on %s, TCP on %s", pc.LocalAddr(), ln.Addr())
+	}
+}

@@ -1,13 +1,14 @@
 package testenv
 
 import (
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/mailyard/mailyard/internal/freeport"
 )
 
 // DNSZone is a real DNS server on loopback that answers from records the test sets
@@ -25,21 +26,9 @@ type DNSZone struct {
 func StartDNSZone(t testing.TB) *DNSZone {
 	t.Helper()
 	z := &DNSZone{records: map[string][]dns.RR{}, forwards: map[string]string{}}
-	// UDP picks a free port; TCP must get the same one, which another process
-	// may hold, so try a few ports.
-	var pc net.PacketConn
-	var ln net.Listener
-	for attempt := 0; ln == nil; attempt++ {
-		var err error
-		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		if ln, err = net.Listen("tcp", pc.LocalAddr().String()); err != nil {
-			pc.Close()
-			if attempt == 10 {
-				t.Fatal(err)
-			}
-		}
+	pc, ln, err := freeport.ListenBoth("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
 	}
 	z.Addr = pc.LocalAddr().String()
 	udp := &dns.Server{PacketConn: pc, Handler: z}
