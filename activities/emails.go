@@ -132,25 +132,32 @@ func (a *Emails) prepare(ctx context.Context, emailID string) (email.PrepareResu
 	if err != nil {
 		return email.PrepareResult{}, nil, err
 	}
+	// An untracked email's one message is signed before the email is
+	// accepted, and stored in the same statement; a tracked email's
+	// recipients each get their own message after it.
+	acceptance := store.Acceptance{EnvelopeSender: a.Tags.Sender(e.ID, d.MailFromSubdomain), Recipients: len(recipients)}
+	if d.DeletedAt == nil && e.ErasedAt == nil && !e.Tracked() && e.SignedMessage == nil {
+		if acceptance.SignedMessage, err = a.buildAndSign(e, d, key); err != nil {
+			return email.PrepareResult{}, nil, err
+		}
+		acceptance.Selector = key.Selector
+	}
 	// A scheduled email's time has come (the workflow waited for it); its
 	// recipients are counted as accepted the first time it is prepared.
-	sender, err := a.Store.AcceptEmail(ctx, e.ID, a.Tags.Sender(e.ID, d.MailFromSubdomain), len(recipients))
+	accepted, err := a.Store.AcceptEmail(ctx, e.ID, acceptance)
 	if err != nil {
 		return email.PrepareResult{}, nil, err
 	}
-	e.EnvelopeSender = &sender
+	e.EnvelopeSender = &accepted.EnvelopeSender
+	if acceptance.SignedMessage != nil {
+		e.SignedMessage = accepted.SignedMessage
+	}
 	pending := slices.DeleteFunc(recipients, func(r store.EmailRecipient) bool { return r.Final() })
 	if d.DeletedAt != nil {
 		return email.PrepareResult{}, nil, a.endAll(ctx, e, d, pending, reasonDomainDeleted)
 	}
-	switch {
-	case e.ErasedAt != nil:
-	case e.Tracked():
+	if e.Tracked() && e.ErasedAt == nil {
 		if err := a.buildAndSignEach(ctx, e, d, key, pending); err != nil {
-			return email.PrepareResult{}, nil, err
-		}
-	case e.SignedMessage == nil:
-		if err := a.buildAndSign(ctx, e, d, key); err != nil {
 			return email.PrepareResult{}, nil, err
 		}
 	}
@@ -178,24 +185,22 @@ func (a *Emails) prepare(ctx context.Context, emailID string) (email.PrepareResu
 }
 
 // buildAndSign renders the message once and signs it with the domain's
-// active DKIM key. The stored bytes are what every attempt sends; a run
-// retried after a crash keeps what the first run stored.
-func (a *Emails) buildAndSign(ctx context.Context, e *store.Email, d *store.Domain, key *store.DKIMKey) error {
+// active DKIM key; AcceptEmail stores it, and every attempt sends the stored
+// bytes.
+func (a *Emails) buildAndSign(e *store.Email, d *store.Domain, key *store.DKIMKey) ([]byte, error) {
 	raw, err := buildMessage(e, d)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	signer, err := a.signer(e, d, key)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	signed, err := mailmsg.Sign(raw, d.Domain, key.Selector, signer)
 	if err != nil {
-		return fmt.Errorf("email %s: sign: %w", e.ID, err)
+		return nil, fmt.Errorf("email %s: sign: %w", e.ID, err)
 	}
-	stored, err := a.Store.SaveSignedMessage(ctx, e.ID, signed, key.Selector)
-	e.SignedMessage = stored
-	return err
+	return signed, nil
 }
 
 // buildAndSignEach renders, for a tracked email, each pending recipient's

@@ -48,7 +48,7 @@ func newInboundFixture(t *testing.T, recipients ...string) *inboundFixture {
 	if err := st.CreateEmail(ctx, e, recipients); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.AcceptEmail(ctx, e.ID, reportedSender, len(recipients)); err != nil {
+	if _, err := st.AcceptEmail(ctx, e.ID, store.Acceptance{EnvelopeSender: reportedSender, Recipients: len(recipients)}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range recipients {

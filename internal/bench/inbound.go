@@ -186,14 +186,14 @@ func seedDeliveredEmails(ctx context.Context, st *store.Store, tags *bouncetag.T
 		if err := st.CreateEmail(ctx, e, []string{fmt.Sprintf(inboundRecipientFmt, i)}); err != nil {
 			return nil, err
 		}
-		sender, err := st.AcceptEmail(ctx, id, tags.Sender(id, inboundMailFrom), 1)
+		accepted, err := st.AcceptEmail(ctx, id, store.Acceptance{EnvelopeSender: tags.Sender(id, inboundMailFrom), Recipients: 1})
 		if err != nil {
 			return nil, err
 		}
 		if _, err := st.ChangeRecipient(ctx, id, store.RecipientChange{Position: 0, Status: store.RecipientDelivered}, nil); err != nil {
 			return nil, err
 		}
-		senders[i] = sender
+		senders[i] = accepted.EnvelopeSender
 	}
 	return senders, nil
 }

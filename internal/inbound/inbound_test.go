@@ -120,7 +120,7 @@ func TestRecipientsAreTheStoredEnvelopeSenders(t *testing.T) {
 		t.Fatal(err)
 	}
 	// As the migration left an email sent before tags.
-	if _, err := st.AcceptEmail(ctx, old, bouncetag.Untagged(old, "mail.shop.example"), 1); err != nil {
+	if _, err := st.AcceptEmail(ctx, old, store.Acceptance{EnvelopeSender: bouncetag.Untagged(old, "mail.shop.example"), Recipients: 1}); err != nil {
 		t.Fatal(err)
 	}
 	dead, _ := client.NewLazyClient(client.Options{HostPort: testenv.FreeAddr(t)})

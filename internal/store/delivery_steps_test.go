@@ -32,22 +32,28 @@ func TestDeliveryStepWritesAreIdempotent(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		// AcceptEmail: the first envelope sender wins, the scheduled email
-		// is queued, and its recipients are counted as accepted once.
-		for _, try := range []string{"bounces+first@mail.x.example", "bounces+second@mail.x.example"} {
-			got, err := st.AcceptEmail(ctx, id, try, 2)
-			if err != nil || got != "bounces+first@mail.x.example" {
-				t.Fatalf("AcceptEmail(%s) = %q, %v", try, got, err)
+		// AcceptEmail: the first envelope sender and signed message (with
+		// its selector) win, the scheduled email is queued, and its
+		// recipients are counted as accepted once.
+		for _, try := range []store.Acceptance{
+			{EnvelopeSender: "bounces+first@mail.x.example", Recipients: 2, SignedMessage: []byte("first"), Selector: "sel-1"},
+			{EnvelopeSender: "bounces+second@mail.x.example", Recipients: 2, SignedMessage: []byte("second"), Selector: "sel-2"},
+			{EnvelopeSender: "bounces+third@mail.x.example", Recipients: 2},
+		} {
+			got, err := st.AcceptEmail(ctx, id, try)
+			if err != nil || got.EnvelopeSender != "bounces+first@mail.x.example" || string(got.SignedMessage) != "first" {
+				t.Fatalf("AcceptEmail(%s) = %+v, %v", try.EnvelopeSender, got, err)
 			}
 		}
 		if n := acceptedSinceYesterday(t, st, org); n != 2 {
 			t.Fatalf("accepted %d, want 2", n)
 		}
 		e, _, err := st.EmailForDelivery(ctx, id)
-		if err != nil || e.Status != store.EmailQueued || e.AcceptedAt == nil {
+		if err != nil || e.Status != store.EmailQueued || e.AcceptedAt == nil || string(e.SignedMessage) != "first" ||
+			e.DKIMSelector == nil || *e.DKIMSelector != "sel-1" {
 			t.Fatalf("after AcceptEmail: %+v, %v", e, err)
 		}
-		if _, err := st.AcceptEmail(ctx, uuid.Must(uuid.NewV7()).String(), "bounces+x@mail.x.example", 1); !errors.Is(err, store.ErrNotFound) {
+		if _, err := st.AcceptEmail(ctx, uuid.Must(uuid.NewV7()).String(), store.Acceptance{EnvelopeSender: "bounces+x@mail.x.example", Recipients: 1}); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("AcceptEmail of an unknown email: %v, want not found", err)
 		}
 
@@ -67,11 +73,11 @@ func TestDeliveryStepWritesAreIdempotent(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range senders {
 			wg.Go(func() {
-				got, err := st.AcceptEmail(ctx, other, fmt.Sprintf("bounces+%d@mail.x.example", i), 3)
+				got, err := st.AcceptEmail(ctx, other, store.Acceptance{EnvelopeSender: fmt.Sprintf("bounces+%d@mail.x.example", i), Recipients: 3})
 				if err != nil {
 					t.Errorf("AcceptEmail run %d: %v", i, err)
 				}
-				senders[i] = got
+				senders[i] = got.EnvelopeSender
 			})
 		}
 		time.Sleep(300 * time.Millisecond) // the runs are waiting
@@ -86,17 +92,6 @@ func TestDeliveryStepWritesAreIdempotent(t *testing.T) {
 		}
 		if n := acceptedSinceYesterday(t, st, org); n != 2 {
 			t.Fatalf("accepted %d after the waiting runs, want 2", n)
-		}
-
-		// SaveSignedMessage: the first message and its selector are kept.
-		for _, try := range []struct{ msg, selector string }{{"first", "sel-1"}, {"second", "sel-2"}} {
-			got, err := st.SaveSignedMessage(ctx, id, []byte(try.msg), try.selector)
-			if err != nil || string(got) != "first" {
-				t.Fatalf("SaveSignedMessage(%s) = %q, %v", try.msg, got, err)
-			}
-		}
-		if e, _, _ := st.EmailForDelivery(ctx, id); e.DKIMSelector == nil || *e.DKIMSelector != "sel-1" {
-			t.Fatalf("selector %v, want sel-1", e.DKIMSelector)
 		}
 
 		// SettleEmail: sent only once no recipient is pending.
@@ -157,8 +152,12 @@ func TestDeliveryStepWritesAreIdempotent(t *testing.T) {
 		if err := st.EraseEmailContent(ctx, id); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := st.SaveSignedMessage(ctx, id, []byte("late"), "sel-3"); err != nil || got != nil {
-			t.Fatalf("SaveSignedMessage after erasure = %q, %v", got, err)
+		late := store.Acceptance{EnvelopeSender: "bounces+late@mail.x.example", Recipients: 2, SignedMessage: []byte("late"), Selector: "sel-3"}
+		if got, err := st.AcceptEmail(ctx, id, late); err != nil || got.SignedMessage != nil {
+			t.Fatalf("AcceptEmail after erasure = %+v, %v", got, err)
+		}
+		if e, _, _ := st.EmailForDelivery(ctx, id); e.SignedMessage != nil || *e.DKIMSelector != "sel-1" {
+			t.Fatalf("after erasure: message %q, selector %v", e.SignedMessage, *e.DKIMSelector)
 		}
 	})
 }

@@ -358,94 +358,108 @@ func (s *Store) EmailForDelivery(ctx context.Context, id string) (*Email, *Domai
 	return &row.Email, row.Domain, nil
 }
 
-// SaveSignedMessage stores the signed message of an email unless one is
-// already stored, and returns the one stored either way (nil once erased):
-// a step retried after a crash sends what the first run stored, so every
-// attempt sends the same bytes.
-func (s *Store) SaveSignedMessage(ctx context.Context, id string, signed []byte, selector string) ([]byte, error) {
-	var stored []byte
-	// The selector is the stored message's: set with it, kept with it.
-	_, err := s.DB.NewUpdate().Model((*Email)(nil)).
-		Set("dkim_selector = CASE WHEN signed_message IS NULL THEN ? ELSE dkim_selector END", selector).
-		Set("signed_message = COALESCE(signed_message, ?)", signed).
-		Where("id = ?", id).Where("erased_at IS NULL").Returning("signed_message").Exec(ctx, &stored)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, nil
-	}
-	return stored, err
+// Acceptance is what the first delivery step writes when it accepts an
+// email (AcceptEmail).
+type Acceptance struct {
+	// EnvelopeSender is stored unless the email has one (emails sent
+	// before tags keep theirs).
+	EnvelopeSender string
+	// Recipients are counted as accepted, the first time only.
+	Recipients int
+	// SignedMessage, when set, is stored with the Selector of the key that
+	// signed it, unless a message is already stored or the email's content
+	// was erased: a step retried after a crash sends what the first run
+	// stored, so every attempt sends the same bytes.
+	SignedMessage []byte
+	Selector      string
 }
 
-// AcceptEmail is the first delivery step's one write before the message
-// is built: a scheduled email whose time has come becomes queued, the
-// envelope sender is stored unless one is (emails sent before tags keep
-// theirs), and the first time only, the email is marked accepted and its
-// recipients are counted as accepted on the UTC day it was created. It
-// returns the envelope sender stored; a second run changes nothing.
-func (s *Store) AcceptEmail(ctx context.Context, id, envelopeSender string, recipients int) (string, error) {
-	if recipients < 0 {
-		return "", fmt.Errorf("email %s: negative recipient count %d", id, recipients)
+// Accepted is what AcceptEmail leaves stored.
+type Accepted struct {
+	EnvelopeSender string
+	// SignedMessage is the stored message: nil when none was given or
+	// stored before, and once the content is erased.
+	SignedMessage []byte
+}
+
+// AcceptEmail is the first delivery step's one write: a scheduled email
+// whose time has come becomes queued, the envelope sender and the signed
+// message are stored unless they are (the selector with the message), and
+// the first time only, the email is marked accepted and its recipients are
+// counted as accepted on the UTC day it was created. A second run changes
+// nothing and returns what the first stored.
+func (s *Store) AcceptEmail(ctx context.Context, id string, a Acceptance) (Accepted, error) {
+	if a.Recipients < 0 {
+		return Accepted{}, fmt.Errorf("email %s: negative recipient count %d", id, a.Recipients)
 	}
-	var stored string
+	var stored Accepted
 	var err error
 	if s.IsPostgres() {
-		stored, err = s.acceptEmailInOneStatement(ctx, id, envelopeSender, recipients)
+		stored, err = s.acceptEmailInOneStatement(ctx, id, a)
 	} else {
-		stored, err = s.acceptEmailInTx(ctx, id, envelopeSender, recipients)
+		stored, err = s.acceptEmailInTx(ctx, id, a)
 	}
 	return stored, notFound(err, "email")
 }
 
+// acceptSet is the part of AcceptEmail's change to the email's row that a
+// second run leaves as the first made it. Its expressions read the row as
+// it was before the UPDATE, on both dialects.
+func acceptSet(a Acceptance) schema.QueryWithArgs {
+	return bun.SafeQuery(`status = CASE WHEN status = ? THEN ? ELSE status END,
+		envelope_sender = COALESCE(envelope_sender, ?),
+		dkim_selector = CASE WHEN ? AND signed_message IS NULL AND erased_at IS NULL THEN ? ELSE dkim_selector END,
+		signed_message = CASE WHEN erased_at IS NULL THEN COALESCE(signed_message, ?) ELSE signed_message END`,
+		EmailScheduled, EmailQueued, a.EnvelopeSender, a.SignedMessage != nil, a.Selector, a.SignedMessage)
+}
+
 // acceptEmailInOneStatement is AcceptEmail on PostgreSQL: one round trip
-// instead of five, on the path every email takes (README, "Benchmarks").
+// and one commit, on the path every email takes (README, "Benchmarks").
 // The sub-select locks the row and reads accepted_at as the last committed
 // run left it, so of two runs of the step the second waits for the first
 // and counts nothing.
-func (s *Store) acceptEmailInOneStatement(ctx context.Context, id, envelopeSender string, recipients int) (string, error) {
+func (s *Store) acceptEmailInOneStatement(ctx context.Context, id string, a Acceptance) (Accepted, error) {
 	count, err := statUpsert(StatAccepted, bun.SafeQuery(
 		"SELECT organization_id, domain_id, (created_at AT TIME ZONE 'UTC')::date, ?, ? FROM accepted WHERE first_time AND ? > 0",
-		recipients, statShard(), recipients))
+		a.Recipients, statShard(), a.Recipients))
 	if err != nil {
-		return "", err
+		return Accepted{}, err
 	}
-	var stored string
+	var stored Accepted
 	err = s.DB.NewRaw(`WITH accepted AS (
-	UPDATE emails AS e SET
-		status = CASE WHEN e.status = ? THEN ? ELSE e.status END,
-		envelope_sender = COALESCE(e.envelope_sender, ?),
-		accepted_at = COALESCE(e.accepted_at, ?)
-	FROM (SELECT id, accepted_at FROM emails WHERE id = ? FOR UPDATE) AS locked
-	WHERE e.id = locked.id
-	RETURNING e.envelope_sender, e.organization_id, e.domain_id, e.created_at, locked.accepted_at IS NULL AS first_time
+	UPDATE emails AS e SET ?, accepted_at = COALESCE(e.accepted_at, ?)
+	FROM (SELECT id AS locked_id, accepted_at IS NULL AS first_time FROM emails WHERE id = ? FOR UPDATE) AS locked
+	WHERE e.id = locked.locked_id
+	RETURNING e.envelope_sender, e.signed_message, e.organization_id, e.domain_id, e.created_at, locked.first_time
 ), counted AS (?)
-SELECT envelope_sender FROM accepted`,
-		EmailScheduled, EmailQueued, envelopeSender, now(), id, count).Scan(ctx, &stored)
+SELECT envelope_sender, signed_message FROM accepted`,
+		acceptSet(a), now(), id, count).Scan(ctx, &stored.EnvelopeSender, &stored.SignedMessage)
 	return stored, err
 }
 
 // acceptEmailInTx is AcceptEmail on SQLite, whose transactions serialise
 // writers: the update reads accepted_at as the last run left it.
-func (s *Store) acceptEmailInTx(ctx context.Context, id, envelopeSender string, recipients int) (string, error) {
-	var stored string
+func (s *Store) acceptEmailInTx(ctx context.Context, id string, a Acceptance) (Accepted, error) {
+	var stored Accepted
 	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		var row struct {
 			EnvelopeSender string
+			SignedMessage  []byte
 			AcceptedAt     *time.Time
 			OrganizationID int64
 			DomainID       int64
 			CreatedAt      time.Time
 		}
-		err := tx.NewUpdate().Model((*Email)(nil)).
-			Set("status = CASE WHEN status = ? THEN ? ELSE status END", EmailScheduled, EmailQueued).
-			Set("envelope_sender = COALESCE(envelope_sender, ?)", envelopeSender).
-			Where("id = ?", id).Returning("envelope_sender, accepted_at, organization_id, domain_id, created_at").Scan(ctx, &row)
-		stored = row.EnvelopeSender
+		err := tx.NewUpdate().Model((*Email)(nil)).Set("?", acceptSet(a)).Where("id = ?", id).
+			Returning("envelope_sender, signed_message, accepted_at, organization_id, domain_id, created_at").Scan(ctx, &row)
+		stored = Accepted{EnvelopeSender: row.EnvelopeSender, SignedMessage: row.SignedMessage}
 		if err != nil || row.AcceptedAt != nil {
 			return err
 		}
 		if _, err := tx.NewUpdate().Model((*Email)(nil)).Set("accepted_at = ?", now()).Where("id = ?", id).Exec(ctx); err != nil {
 			return err
 		}
-		return CountEmailEvent(ctx, tx, row.OrganizationID, row.DomainID, StatAccepted, row.CreatedAt, recipients)
+		return CountEmailEvent(ctx, tx, row.OrganizationID, row.DomainID, StatAccepted, row.CreatedAt, a.Recipients)
 	})
 	return stored, err
 }

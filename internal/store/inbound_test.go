@@ -106,8 +106,8 @@ func TestEmailEnvelopeFirstSenderWins(t *testing.T) {
 		domain := newDomain(t, st, org, "x.example", store.DomainVerified)
 		id := newEmail(t, st, org, domain, "ada@r.example")
 		for _, try := range []string{"bounces+" + id + ".aaaaaaaa@mail.x.example", "bounces+" + id + ".bbbbbbbb@mail.x.example"} {
-			got, err := st.AcceptEmail(ctx, id, try, 1)
-			if err != nil || got != "bounces+"+id+".aaaaaaaa@mail.x.example" {
+			got, err := st.AcceptEmail(ctx, id, store.Acceptance{EnvelopeSender: try, Recipients: 1})
+			if err != nil || got.EnvelopeSender != "bounces+"+id+".aaaaaaaa@mail.x.example" {
 				t.Fatalf("stored %q, %v", got, err)
 			}
 		}
