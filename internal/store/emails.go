@@ -377,8 +377,9 @@ type Acceptance struct {
 // Accepted is what AcceptEmail leaves stored.
 type Accepted struct {
 	EnvelopeSender string
-	// SignedMessage is the stored message: nil when none was given or
-	// stored before, and once the content is erased.
+	// SignedMessage is the stored message, this run's or an earlier one's:
+	// nil when none was given and none stored, and once the content is
+	// erased.
 	SignedMessage []byte
 }
 
