@@ -148,10 +148,9 @@ func (a *Emails) prepare(ctx context.Context, emailID string) (email.PrepareResu
 	if err != nil {
 		return email.PrepareResult{}, nil, err
 	}
-	e.EnvelopeSender = &accepted.EnvelopeSender
-	if acceptance.SignedMessage != nil {
-		e.SignedMessage = accepted.SignedMessage
-	}
+	// The message stored first, this run's or an earlier one's (none for a
+	// tracked email, or once erased).
+	e.EnvelopeSender, e.SignedMessage = &accepted.EnvelopeSender, accepted.SignedMessage
 	pending := slices.DeleteFunc(recipients, func(r store.EmailRecipient) bool { return r.Final() })
 	if d.DeletedAt != nil {
 		return email.PrepareResult{}, nil, a.endAll(ctx, e, d, pending, reasonDomainDeleted)
