@@ -45,12 +45,13 @@ temporal-server: $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL)
 # the server's own go.mod, so nearly every package differed). The server is then
 # built with the dependency versions the CLI's dev server ships with. A build
 # directory of its own, renamed after: a half-finished build leaves no file that
-# make would take as done.
+# make would take as done. Linked without DWARF (-w; stack traces keep their
+# symbols): the three links take 12 s instead of 19.
 $(TEMPORAL_CLI) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) &: tools/temporal/go.mod tools/temporal/go.sum
 	@echo "Building the Temporal CLI, server and temporal-sql-tool (tools/temporal/go.mod) from the Go module proxy into bin/."
 	@echo "This happens once and takes a few minutes; later runs start in seconds."
 	rm -rf bin/.build-temporal
-	$(GO) build -C tools/temporal -o $(CURDIR)/bin/.build-temporal/ tool
+	$(GO) build -C tools/temporal -ldflags=-w -o $(CURDIR)/bin/.build-temporal/ tool
 	mv bin/.build-temporal/temporal $(TEMPORAL_CLI)
 	mv bin/.build-temporal/server $(TEMPORAL_SERVER)
 	mv bin/.build-temporal/sql $(TEMPORAL_SQL_TOOL)
@@ -69,8 +70,12 @@ redocly: $(REDOCLY)
 $(REDOCLY):
 	npm install --prefix bin/redocly --no-audit --no-fund --silent @redocly/cli@$(REDOCLY_VER)
 
+# vet runs with -race, the build configuration of the tests, so the packages it
+# compiles for type information are the ones `go test -race` links: on a cold
+# cache a plain `go vet` compiled every dependency a second time (about 200 s of
+# a fresh clone's CI on 2 cores). `make lint` vets the plain build.
 test: $(TEMPORAL_CLI) $(TEMPORAL_SERVER) $(TEMPORAL_SQL_TOOL) $(PEBBLE)
-	$(GO) vet ./...
+	$(GO) vet -race ./...
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 # Every fuzz test, as package:Target. `go test -fuzz` takes one target of one

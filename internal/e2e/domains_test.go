@@ -22,7 +22,6 @@ import (
 // verify, and find no key material in any Temporal history of the run. A second
 // domain lets its window run out, fails, and is verified in a new window.
 func TestDomainOnboardingEndToEnd(t *testing.T) {
-	// It mostly waits, and runs beside the other waiting tests (doc.go).
 	t.Parallel()
 	// A short schedule: a check every second, a window of 20 seconds.
 	s := startStack(t, topology{env: []string{"MAILYARD_VERIFY_SCHEDULE=1s/20s"}})

@@ -79,6 +79,7 @@ func (r *finalsReceiver) count() int {
 // each recipient is announced once, delivered; every email ends sent and the
 // statistics count each recipient once.
 func TestWorkerKilledMidEmails(t *testing.T) {
+	heavy(t)
 	const emails, killAt = 100, 20
 	mx := startMX(t)
 	s := startStack(t, topology{env: append(mx.env(),
@@ -305,6 +306,7 @@ func (s *stack) runInProcess(schedule []time.Duration) {
 // bounces the pending recipient (soft, not suppressed) with reason
 // domain_deleted.
 func TestEmailRetentionAndDomainDeletion(t *testing.T) {
+	t.Parallel()
 	mx := startMX(t)
 	const retention = 3 * time.Second
 	s := startStack(t, topology{

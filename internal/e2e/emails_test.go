@@ -165,6 +165,7 @@ func (r *eventReceiver) all() []map[string]any {
 // The signature verifies against the key `mailyard dns` serves through the
 // customer's CNAME, before and after a DKIM rotation.
 func TestSendEmailEndToEnd(t *testing.T) {
+	t.Parallel()
 	mx := startMX(t)
 	s := startStack(t, topology{env: append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",

@@ -32,6 +32,7 @@ import (
 // email reaches its recipient's mail server (a duplicate only with identical
 // bytes), and each recipient is announced exactly once.
 func TestFaultTemporalOutage(t *testing.T) {
+	heavy(t)
 	const (
 		events = 500
 		emails = 20
@@ -366,6 +367,7 @@ func (l *infraLoad) check() {
 // webhook receiver, every email its recipient's mail server (a duplicate only
 // with identical bytes), and each recipient is announced exactly once.
 func TestFaultPostgresRestart(t *testing.T) {
+	heavy(t)
 	const (
 		events = 500
 		emails = 20

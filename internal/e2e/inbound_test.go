@@ -147,6 +147,7 @@ Hello.
 // out is accepted. A report naming another organization's email changes
 // nothing there.
 func TestInboundReportsEndToEnd(t *testing.T) {
+	t.Parallel()
 	mx := startMX(t)
 	s := startStack(t, topology{env: append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
@@ -383,6 +384,7 @@ func recordInboundHistories(t *testing.T, s *stack) {
 // More connections than MAILYARD_SMTP_MAX_CONNECTIONS are answered 421 and
 // closed; the process stays up and serves again once they are gone.
 func TestInboundConnectionCap(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, topology{noAPI: true, noDNS: true})
 	addr, _ := s.startInbound("MAILYARD_SMTP_MAX_CONNECTIONS=500")
 
@@ -465,6 +467,7 @@ func rawData(t *testing.T, addr, rcpt, data string) string {
 // sender keeps the message and retries) and stores nothing; once it is back
 // the same message is taken. The process stays up throughout.
 func TestInboundDatabaseDown(t *testing.T) {
+	t.Parallel()
 	pg := testenv.StartPostgres(t)
 	s := startStack(t, topology{database: pg.URL, noAPI: true, noDNS: true})
 	addr, _ := s.startInbound()

@@ -57,6 +57,7 @@ func (r *platformReceiver) of(eventType string) []map[string]any {
 // the deletion, the keys gone from DNS after the retain time, and no key material
 // in any workflow history.
 func TestDomainLifecycleEndToEnd(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, topology{env: []string{
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",
 		"MAILYARD_DKIM_RETAIN=4s",

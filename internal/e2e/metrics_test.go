@@ -33,6 +33,7 @@ func hasLine(scrape, pattern string) bool {
 // token, in a form promtool finds clean; each counts its own work, and the
 // ones with a Temporal client report the SDK's metrics.
 func TestEveryProcessServesMetrics(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, topology{env: []string{"MAILYARD_VERIFY_SCHEDULE=1s/60s"}})
 	s.api().domains()
 	s.api().addDomain("metrics.example", "")
@@ -97,6 +98,7 @@ func TestEveryProcessServesMetrics(t *testing.T) {
 // outcome webhooks' POSTs; dns counts the DKIM key look-ups of a receiver.
 // Then the metrics of deploy/'s alerts and dashboard are all exported.
 func TestSendingMetrics(t *testing.T) {
+	t.Parallel()
 	mx := startMX(t)
 	s := startStack(t, topology{env: append(mx.env(),
 		"MAILYARD_VERIFY_SCHEDULE=1s/60s",

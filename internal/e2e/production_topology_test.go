@@ -32,6 +32,7 @@ import (
 // by its own workflow's next check afterwards, and no history holds a secret or
 // personal data.
 func TestProductionTopology(t *testing.T) {
+	heavy(t)
 	const (
 		events = 90 // a third before, during and after the outage
 		emails = 6  // likewise

@@ -17,6 +17,7 @@ import (
 // reschedule after sending are 409 email_not_scheduled; a batch of 100 is
 // stored at once and all delivered, and an invalid batch sends nothing.
 func TestScheduledAndBatchSending(t *testing.T) {
+	t.Parallel()
 	mx := startMX(t)
 	s := startStack(t, topology{env: append(mx.env(), "MAILYARD_VERIFY_SCHEDULE=1s/60s", "MAILYARD_RATE_LIMIT=off")})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"os"
 	"os/exec"
 	"regexp"
@@ -16,7 +17,31 @@ import (
 	"github.com/mailyard/mailyard/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	// Three tests at a time unless -parallel says otherwise: one heavy test
+	// and two light ones (doc.go), where a slot may also hold a heavy test
+	// waiting for its turn.
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		_ = flag.Set("test.parallel", "3")
+	}
+	testenv.Main(m)
+}
+
+// heavySlot is held by the one heavy test running.
+var heavySlot = make(chan struct{}, 1)
+
+// heavy marks a test that loads the cores (hundreds of deliveries or emails,
+// several processes, a Temporal server of its own) or whose checks need
+// workflow tasks answered in time (an attempt that lasts 15 s): it runs beside
+// light tests, never beside another heavy one. It calls t.Parallel.
+func heavy(t *testing.T) {
+	t.Parallel()
+	heavySlot <- struct{}{}
+	t.Cleanup(func() { <-heavySlot })
+}
 
 const testEncryptionKey = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
 

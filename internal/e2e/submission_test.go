@@ -103,6 +103,7 @@ var queuedAs = regexp.MustCompile(`250[ -]2\.0\.0 queued as ([0-9a-f-]{36})`)
 // without its Bcc field, with Date and Message-ID added, and a DKIM
 // signature that verifies.
 func TestSubmissionEndToEnd(t *testing.T) {
+	t.Parallel()
 	if exec.Command("swaks", "--version").Run() != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatal("swaks is not installed (apt-get install swaks); .ci/run installs it")
@@ -293,6 +294,7 @@ func plain(user, secret string) string {
 // organization, other domains in MAIL FROM and From, 51 recipients, 8-bit
 // headers without SMTPUTF8, bare LF, a client gone mid-DATA.
 func TestSubmissionRefusals(t *testing.T) {
+	t.Parallel()
 	s := startStack(t, topology{env: []string{"MAILYARD_VERIFY_SCHEDULE=1s/60s"}})
 	s.customer.Forward("dkim.mailyard.test", s.dnsAddr)
 	certFile, keyFile, roots := smtpCert(t)

@@ -38,6 +38,7 @@ import (
 // presented on another organization's verified custom domain is not
 // redirected.
 func TestTrackingCustomDomainHTTPS(t *testing.T) {
+	t.Parallel()
 	const (
 		custom       = "track.shop.example"
 		trackingHost = "t.mailyard.test"

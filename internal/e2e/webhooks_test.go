@@ -113,6 +113,7 @@ func (r *hookReceiver) distinct() int {
 // with the same id and identical bytes), and no workflow history of the run
 // holds the signing secret, an email address, a subject or the URL's token.
 func TestWorkerKilledMidDelivery(t *testing.T) {
+	heavy(t)
 	const events = 200
 	rcv, caFile := startHookReceiver(t)
 
