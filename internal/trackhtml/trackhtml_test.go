@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 func clickURL(i int) string { return fmt.Sprintf("https://t.example/c/%d", i) }
@@ -239,14 +238,11 @@ func TestBigInput(t *testing.T) {
 	}
 	in := bigHTML()
 	p := Params{ClickURL: clickURL, PixelURL: pixelURL, UnsubscribeURL: unsubURL}
-	start := time.Now()
+	// Its speed is BenchmarkRewrite's to measure; here, the caps and the
+	// allocations, which do not depend on the machine.
 	res, err := Rewrite(in, p)
 	if err != nil {
 		t.Fatal(err)
-	}
-	// Linear work takes well under a second; the bound is for slow CI.
-	if d := time.Since(start); d > 10*time.Second {
-		t.Errorf("took %v", d)
 	}
 	if len(res.Links) != MaxLinks {
 		t.Errorf("%d links", len(res.Links))
