@@ -422,7 +422,7 @@ func acceptSet(a Acceptance) schema.QueryWithArgs {
 func (s *Store) acceptEmailInOneStatement(ctx context.Context, id string, a Acceptance) (Accepted, error) {
 	count, err := statUpsert(StatAccepted, bun.SafeQuery(
 		"SELECT organization_id, domain_id, (created_at AT TIME ZONE 'UTC')::date, ?, ? FROM accepted WHERE first_time AND ? > 0",
-		a.Recipients, statShard(), a.Recipients))
+		a.Recipients, statShard(s.DB), a.Recipients))
 	if err != nil {
 		return Accepted{}, err
 	}

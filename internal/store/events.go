@@ -116,7 +116,7 @@ func StageEmailEvent(ctx context.Context, db bun.IDB, ev *Event, orgID, domainID
 func stageEmailEventInOneStatement(ctx context.Context, db bun.IDB, ev *Event, orgID, domainID int64, counter StatCounter, newID func() (string, error)) (bool, error) {
 	q := db.NewSelect().With("staged", db.NewInsert().Model(ev).On("CONFLICT (event_id) DO NOTHING").Returning("id"))
 	if counter != "" {
-		count, err := statUpsert(counter, bun.SafeQuery("SELECT ?, ?, ?::date, 1, ? FROM staged", orgID, domainID, ev.OccurredAt.UTC().Format(dayLayout), statShard()))
+		count, err := statUpsert(counter, bun.SafeQuery("SELECT ?, ?, ?::date, 1, ? FROM staged", orgID, domainID, ev.OccurredAt.UTC().Format(dayLayout), statShard(db)))
 		if err != nil {
 			return false, err
 		}

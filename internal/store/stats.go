@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"reflect"
 	"slices"
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect"
 	"github.com/uptrace/bun/schema"
 )
 
@@ -102,7 +102,7 @@ func CountEmailEvent(ctx context.Context, db bun.IDB, orgID, domainID int64, cou
 	if n < 0 {
 		return fmt.Errorf("stat counter %s: negative increment %d", counter, n)
 	}
-	count, err := statUpsert(counter, bun.SafeQuery("VALUES (?, ?, ?, ?, ?)", orgID, domainID, at.UTC().Format(dayLayout), n, statShard()))
+	count, err := statUpsert(counter, bun.SafeQuery("VALUES (?, ?, ?, ?, ?)", orgID, domainID, at.UTC().Format(dayLayout), n, statShard(db)))
 	if err != nil || n == 0 {
 		return err
 	}
@@ -130,8 +130,18 @@ func statUpsert(counter StatCounter, rows schema.QueryWithArgs) (schema.QueryWit
 // shard rows, they seldom wait on each other. Reads add the shards up.
 const StatShards = 16
 
-// statShard picks the shard row of one increment.
-func statShard() int { return rand.IntN(StatShards) }
+// statShard is the SQL expression of the shard row an increment in db goes
+// to. On PostgreSQL it is the connection's (its backend's process id), so
+// every increment of one transaction goes to the same row: a transaction
+// that counted twice on two rows picked at random, locking them in its own
+// order, deadlocked with another that locked the same two the other way
+// round. SQLite has one writer at a time, so it needs one row only.
+func statShard(db bun.IDB) schema.QueryWithArgs {
+	if db.Dialect().Name() == dialect.PG {
+		return bun.SafeQuery("pg_backend_pid() % ?", StatShards)
+	}
+	return bun.SafeQuery("0")
+}
 
 // Stats returns the organization's counters (of one domain when domainID is
 // set) for every UTC day from start to end, both included, in order; days
