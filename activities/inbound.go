@@ -61,8 +61,12 @@ func (a *Inbound) Handle(ctx context.Context, in inbound.HandleInput) (inbound.H
 	if err != nil {
 		return inbound.HandleResult{}, err
 	}
-	if m.HandledAt != nil || m.Raw == nil {
+	if m.HandledAt != nil {
 		// Handled by an earlier try: start what it may have left unstarted.
+		// It recorded the email the message concerned, also one a
+		// complaint to fbl@ named. Only handled_at says handled: a message
+		// without bytes may be an empty one not handled yet (only handled
+		// messages are erased).
 		out := inbound.HandleResult{Kind: deref(m.Kind)}
 		if m.EmailID != nil {
 			out.OrganizationID, out.DomainID = deref(m.OrganizationID), deref(m.DomainID)
@@ -85,10 +89,11 @@ func (a *Inbound) Handle(ctx context.Context, in inbound.HandleInput) (inbound.H
 	}
 
 	out := inbound.HandleResult{Kind: kind, Effects: effects}
+	emailID := ""
 	if email != nil {
-		out.OrganizationID, out.DomainID = email.OrganizationID, email.DomainID
+		emailID, out.OrganizationID, out.DomainID = email.ID, email.OrganizationID, email.DomainID
 	}
-	first, err := a.Store.MarkInboundHandled(ctx, m.ID, kind, out.OrganizationID, out.DomainID)
+	first, err := a.Store.MarkInboundHandled(ctx, m.ID, kind, emailID, out.OrganizationID, out.DomainID)
 	if err != nil {
 		return out, err
 	}

@@ -2,17 +2,23 @@ package activities_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"go.temporal.io/sdk/client"
 
 	"github.com/mailyard/mailyard/activities"
+	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/testenv"
+	"github.com/mailyard/mailyard/workflows/delivery"
 	"github.com/mailyard/mailyard/workflows/inbound"
 )
 
@@ -199,4 +205,135 @@ func TestHandleReports(t *testing.T) {
 		sups["reader@example.org"] != "complaint" || sups["gone.user@example.org"] != "hard_bounce" {
 		t.Fatalf("suppressions %v, want %v", sups, wantSups)
 	}
+}
+
+// receiveRaw stores a message of the given bytes as the listener does, sent
+// to fbl@ of the bounce host or to the email's envelope sender.
+func (f *inboundFixture) receiveRaw(t *testing.T, raw []byte, toEmail bool) string {
+	t.Helper()
+	m := &store.InboundMessage{ID: uuid.Must(uuid.NewV7()).String(), Raw: raw, Recipients: store.AddressList{"fbl@bounces.example"}}
+	if toEmail {
+		m.Recipients = store.AddressList{reportedSender}
+		m.EmailID, m.OrganizationID, m.DomainID = &f.email.ID, &f.email.OrganizationID, &f.email.DomainID
+	}
+	if err := f.st.CreateInboundMessage(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	return m.ID
+}
+
+// An empty message (which anyone may send to fbl@) is handled like any
+// other, so the sweep stops listing it: unhandled, it would be restarted
+// forever and, a hundred of them, fill every sweep. Rows stored by older
+// listeners hold NULL for an empty message; they are handled too.
+func TestHandleEmptyMessage(t *testing.T) {
+	f := newInboundFixture(t, "reader@example.org")
+	ctx := context.Background()
+	ids := []string{f.receiveRaw(t, []byte{}, false), f.receiveRaw(t, nil, false), f.receiveRaw(t, []byte{}, true)}
+	for _, id := range ids {
+		if res := f.handle(t, id); res.Kind != store.InboundUnrecognized || res.Effects != 0 {
+			t.Fatalf("empty message: %+v", res)
+		}
+		m, err := f.st.InboundMessageByID(ctx, id)
+		if err != nil || m.HandledAt == nil || m.Kind == nil || *m.Kind != store.InboundUnrecognized {
+			t.Fatalf("empty message after handling: %+v, %v", m, err)
+		}
+	}
+	rows, err := f.st.UnhandledInboundBefore(ctx, time.Now().Add(time.Hour), 100)
+	if err != nil || len(rows) != 0 {
+		t.Fatalf("still listed by the sweep: %+v, %v", rows, err)
+	}
+}
+
+// flakyTemporal is a client of a real Temporal server that refuses the
+// first workflow starts (Temporal unreachable) and records the ids of those
+// it then makes.
+type flakyTemporal struct {
+	client.Client
+	mu      sync.Mutex
+	refuse  int
+	started []string
+}
+
+func (c *flakyTemporal) ExecuteWorkflow(ctx context.Context, opts client.StartWorkflowOptions, workflow any, args ...any) (client.WorkflowRun, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refuse > 0 {
+		c.refuse--
+		return nil, errors.New("temporal unavailable")
+	}
+	run, err := c.Client.ExecuteWorkflow(ctx, opts, workflow, args...)
+	if err == nil {
+		c.started = append(c.started, opts.ID)
+	}
+	return run, err
+}
+
+// A complaint sent to fbl@ whose webhook deliveries could not be started
+// gets them started when the step is retried, although the message is
+// handled by then: the handling recorded the email the complaint named.
+func TestHandleRetriedComplaintStartsItsDeliveries(t *testing.T) {
+	f := newInboundFixture(t, "reader@example.org")
+	ctx := context.Background()
+	hook := &store.Webhook{OrganizationID: f.org, URL: "https://hooks.shop.example/mailyard", EventTypes: store.EventTypes{"complained"}}
+	if err := f.st.CreateWebhook(ctx, hook, 20, func(int64) ([]byte, error) { return []byte("sealed"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	temporalC, err := client.Dial(client.Options{HostPort: testenv.OwnTemporal(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer temporalC.Close()
+	tc := &flakyTemporal{Client: temporalC, refuse: 1}
+	f.a.Runs = &deliveryruns.Runs{Temporal: tc, Store: f.st}
+
+	id := f.receive(t, "arf-yahoo.eml", false, "fbl@isp.example")
+	if _, err := f.a.Handle(ctx, inbound.HandleInput{InboundID: id}); err == nil {
+		t.Fatal("the first try succeeded although its delivery could not be started")
+	}
+	if m, err := f.st.InboundMessageByID(ctx, id); err != nil || m.HandledAt == nil {
+		t.Fatalf("the complaint is not recorded as handled: %+v, %v", m, err)
+	}
+	// The local activity is retried.
+	res := f.handle(t, id)
+	if res.Kind != store.InboundARF || res.OrganizationID != f.org || res.DomainID != f.email.DomainID {
+		t.Fatalf("retry: %+v", res)
+	}
+	pending, err := f.st.PendingEmailDeliveries(ctx, f.email.ID)
+	if err != nil || len(pending) != 1 {
+		t.Fatalf("pending deliveries %v, %v", pending, err)
+	}
+	want := delivery.WorkflowID(pending[0])
+	if len(tc.started) != 1 || tc.started[0] != want {
+		t.Fatalf("started %v, want [%s]", tc.started, want)
+	}
+	if _, err := temporalC.DescribeWorkflowExecution(ctx, want, ""); err != nil {
+		t.Fatalf("the delivery's workflow on the Temporal server: %v", err)
+	}
+}
+
+// A "delayed" report that arrives after the recipient bounced keeps the
+// bounce's response: the recipient is final.
+func TestHandleLateDelayedKeepsTheBounce(t *testing.T) {
+	f := newInboundFixture(t, "nobody@example.org")
+	f.handle(t, f.receive(t, "postfix-hard.eml", true, ""))
+	bounced := f.recipient(t, "nobody@example.org")
+	if bounced.Status != store.RecipientBounced || bounced.LastResponse == nil {
+		t.Fatalf("hard-bounced recipient %+v", bounced)
+	}
+	// The report names slow@example.org; the email's only recipient stands
+	// for it (docs/inbound.md).
+	if res := f.handle(t, f.receive(t, "postfix-delayed.eml", true, "")); res.Kind != store.InboundDSN || res.Effects != 0 {
+		t.Fatalf("delayed DSN: %+v", res)
+	}
+	if r := f.recipient(t, "nobody@example.org"); r.Status != store.RecipientBounced || r.LastResponse == nil || *r.LastResponse != *bounced.LastResponse {
+		t.Fatalf("after a late delayed DSN: %+v (response %q), want the bounce's %q", r, orNil(r.LastResponse), *bounced.LastResponse)
+	}
+}
+
+func orNil(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
 }

@@ -46,6 +46,12 @@ func ReadMessage(r io.Reader) ([]byte, error) {
 			if prevCR { // ends in a <CR> that no <LF> follows (BDAT only)
 				return nil, ErrBareLineEnding
 			}
+			if msg.Len() == 0 {
+				// An empty message (DATA then ".", or BDAT 0 LAST) is
+				// returned empty, not nil: nil would be stored as NULL,
+				// what an erased message's bytes are.
+				return []byte{}, nil
+			}
 			return msg.Bytes(), nil
 		}
 		if err != nil {

@@ -36,8 +36,10 @@ type InboundMessage struct {
 	MailFrom   string      `bun:"mail_from,notnull"`
 	Recipients AddressList `bun:"recipients,notnull"`
 	// EmailID is the email whose envelope sender received the message, with
-	// that email's organization and domain; nil for mail to fbl@ or
-	// unsubscribe+…@ of the bounce host.
+	// that email's organization and domain. For mail to fbl@ or
+	// unsubscribe+…@ of the bounce host it is nil until the message is
+	// handled, then the email a complaint named, if any
+	// (MarkInboundHandled).
 	EmailID        *string    `bun:"email_id"`
 	OrganizationID *int64     `bun:"organization_id"`
 	DomainID       *int64     `bun:"domain_id"`
@@ -65,14 +67,18 @@ func (s *Store) InboundMessageByID(ctx context.Context, id string) (*InboundMess
 }
 
 // MarkInboundHandled records what a message was and, for a message to the
-// bounce host itself, whose email it concerned, and reports whether this
-// call did (the first handling wins: a step retried after a crash keeps what
-// the first run recorded, and counts nothing again).
-func (s *Store) MarkInboundHandled(ctx context.Context, id, kind string, orgID, domainID int64) (bool, error) {
+// bounce host itself, whose email it concerned (emailID, with its
+// organization and domain; "" for none), and reports whether this call did
+// (the first handling wins: a step retried after a crash keeps what the
+// first run recorded, and counts nothing again). The email is recorded so
+// that a retried step, which finds the message handled, still knows which
+// email's webhook deliveries to start.
+func (s *Store) MarkInboundHandled(ctx context.Context, id, kind, emailID string, orgID, domainID int64) (bool, error) {
 	q := s.DB.NewUpdate().Model((*InboundMessage)(nil)).Set("kind = ?", kind).Set("handled_at = ?", now()).
 		Where("id = ?", id).Where("handled_at IS NULL")
-	if orgID != 0 {
-		q = q.Set("organization_id = COALESCE(organization_id, ?)", orgID).Set("domain_id = COALESCE(domain_id, ?)", domainID)
+	if emailID != "" {
+		q = q.Set("email_id = COALESCE(email_id, ?)", emailID).
+			Set("organization_id = COALESCE(organization_id, ?)", orgID).Set("domain_id = COALESCE(domain_id, ?)", domainID)
 	}
 	res, err := q.Exec(ctx)
 	if err != nil {
@@ -145,9 +151,12 @@ func SameAddress(a, b string) bool {
 }
 
 // NoteRecipientResponse records a report about a recipient that changes
-// nothing else (a DSN's Action: delayed).
+// nothing else (a DSN's Action: delayed). A bounced or suppressed recipient
+// is left alone, as ReviseRecipient leaves it: reports arrive in any order,
+// and a late "delayed" must not replace the response that made it final.
 func (s *Store) NoteRecipientResponse(ctx context.Context, emailID string, position int, response string) error {
 	_, err := s.DB.NewUpdate().Model((*EmailRecipient)(nil)).Set("last_response = ?", response).Set("updated_at = ?", now()).
-		Where("email_id = ?", emailID).Where("position = ?", position).Exec(ctx)
+		Where("email_id = ?", emailID).Where("position = ?", position).
+		Where("status IN (?)", bun.List(append([]string{RecipientDelivered}, pendingRecipientStatuses...))).Exec(ctx)
 	return err
 }

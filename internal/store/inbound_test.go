@@ -40,15 +40,18 @@ func TestInboundMessageLifecycle(t *testing.T) {
 		if rows, err := st.UnhandledInboundBefore(ctx, later, 10); err != nil || len(rows) != 1 || rows[0].ID != m.ID {
 			t.Fatalf("unhandled %v %v", rows, err)
 		}
-		if first, err := st.MarkInboundHandled(ctx, m.ID, store.InboundARF, 3, 7); err != nil || !first {
+		// A complaint to fbl@: the email it named is recorded with the
+		// handling, for a retried step to settle.
+		emailID := uuid.Must(uuid.NewV7()).String()
+		if first, err := st.MarkInboundHandled(ctx, m.ID, store.InboundARF, emailID, 3, 7); err != nil || !first {
 			t.Fatalf("first handling: %v %v", first, err)
 		}
-		if first, err := st.MarkInboundHandled(ctx, m.ID, store.InboundUnrecognized, 0, 0); err != nil || first {
+		if first, err := st.MarkInboundHandled(ctx, m.ID, store.InboundUnrecognized, "", 0, 0); err != nil || first {
 			t.Fatalf("second handling: %v %v", first, err)
 		}
 		got, _ = st.InboundMessageByID(ctx, m.ID)
-		if *got.Kind != store.InboundARF || *got.OrganizationID != 3 || *got.DomainID != 7 {
-			t.Fatalf("handled as %v (org %v)", *got.Kind, got.OrganizationID)
+		if *got.Kind != store.InboundARF || got.EmailID == nil || *got.EmailID != emailID || *got.OrganizationID != 3 || *got.DomainID != 7 {
+			t.Fatalf("handled as %v (email %v, org %v)", *got.Kind, got.EmailID, got.OrganizationID)
 		}
 		if rows, _ := st.UnhandledInboundBefore(ctx, later, 10); len(rows) != 0 {
 			t.Fatalf("a handled message is still listed: %v", rows)
@@ -59,6 +62,63 @@ func TestInboundMessageLifecycle(t *testing.T) {
 		got, _ = st.InboundMessageByID(ctx, m.ID)
 		if got.Raw != nil || len(got.Recipients) != 0 || got.ErasedAt == nil || got.Size != len(m.Raw) {
 			t.Fatalf("erased message %+v", got)
+		}
+	})
+}
+
+// An empty message is stored empty, not as NULL (an erased message's
+// bytes), and leaves the sweep's list once handled.
+func TestEmptyInboundMessage(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		m := &store.InboundMessage{ID: uuid.Must(uuid.NewV7()).String(), Recipients: store.AddressList{"fbl@bounces.example"}, Raw: []byte{}}
+		if err := st.CreateInboundMessage(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.InboundMessageByID(ctx, m.ID)
+		if err != nil || got.Raw == nil || got.Size != 0 || got.ErasedAt != nil {
+			t.Fatalf("read back %+v, %v", got, err)
+		}
+		if first, err := st.MarkInboundHandled(ctx, m.ID, store.InboundUnrecognized, "", 0, 0); err != nil || !first {
+			t.Fatalf("handling: %v %v", first, err)
+		}
+		if rows, err := st.UnhandledInboundBefore(ctx, time.Now().Add(time.Minute), 10); err != nil || len(rows) != 0 {
+			t.Fatalf("unhandled %v %v", rows, err)
+		}
+	})
+}
+
+// A "delayed" report changes a recipient's last response only while a
+// later report could still change the recipient: one that arrives after
+// the bounce keeps the bounce's response.
+func TestNoteRecipientResponseLeavesFinalRecipients(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		org := newOrg(t, st, "acme")
+		domain := newDomain(t, st, org, "x.example", store.DomainVerified)
+		id := newEmail(t, st, org, domain, "ada@r.example", "bob@r.example", "cy@r.example", "dee@r.example")
+		statuses := []string{store.RecipientDelivered, store.RecipientBounced, store.RecipientSuppressed, store.RecipientDeferred}
+		for pos, status := range statuses {
+			if _, err := st.ChangeRecipient(ctx, id, store.RecipientChange{Position: pos, Status: status, Response: "before"}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for pos := range statuses {
+			if err := st.NoteRecipientResponse(ctx, id, pos, "delayed"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rs, err := st.EmailRecipients(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"delayed", "before", "before", "delayed"}
+		for i, r := range rs {
+			if r.LastResponse == nil || *r.LastResponse != want[i] || r.Status != statuses[i] {
+				t.Fatalf("recipient %d (%s): response %q, want %q", i, r.Status, derefOr(r.LastResponse, "<nil>"), want[i])
+			}
 		}
 	})
 }
@@ -123,4 +183,11 @@ func TestEmailEnvelopeFirstSenderWins(t *testing.T) {
 			t.Fatalf("events %v %v", events, err)
 		}
 	})
+}
+
+func derefOr(s *string, none string) string {
+	if s == nil {
+		return none
+	}
+	return *s
 }

@@ -86,7 +86,7 @@ func TestEraseInboundHandledBefore(t *testing.T) {
 				t.Fatal(err)
 			}
 			if handledAt != nil {
-				if _, err := st.MarkInboundHandled(ctx, m.ID, store.InboundDSN, 0, 0); err != nil {
+				if _, err := st.MarkInboundHandled(ctx, m.ID, store.InboundDSN, "", 0, 0); err != nil {
 					t.Fatal(err)
 				}
 				if _, err := st.DB.NewUpdate().Model((*store.InboundMessage)(nil)).Set("handled_at = ?", handledAt.UTC()).
