@@ -207,6 +207,17 @@ func crlf(b []byte) []byte {
 	return bytes.ReplaceAll(bytes.ReplaceAll(b, []byte("\r\n"), []byte("\n")), []byte("\n"), []byte("\r\n"))
 }
 
+// Mail without a header block (an empty message, or one whose header
+// cannot be read) is unrecognized, except at an unsubscribe address, which
+// it reaches to unsubscribe.
+func TestParseWithoutHeader(t *testing.T) {
+	for _, raw := range []string{"", "no header here, no colon and no blank line"} {
+		require.Equal(t, &Report{Kind: KindUnrecognized}, Parse([]byte(raw), Envelope{}), "%q", raw)
+		require.Equal(t, &Report{Kind: KindUnrecognized}, Parse([]byte(raw), Envelope{NullSender: true}), "%q", raw)
+		require.Equal(t, &Report{Kind: KindUnsubscribe}, Parse([]byte(raw), Envelope{Unsubscribe: true}), "%q", raw)
+	}
+}
+
 func TestParse(t *testing.T) {
 	for _, c := range cases {
 		raw := readTestdata(t, c.file)

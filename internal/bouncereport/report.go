@@ -106,7 +106,12 @@ func parse(raw []byte, env Envelope) *Report {
 	r := &Report{Kind: KindUnrecognized}
 	msg, err := mail.ReadMessage(bytes.NewReader(raw))
 	if err != nil {
-		// Without a header there is nothing to classify by.
+		// Without a header there is nothing to classify by, but mail to an
+		// unsubscribe address asks to unsubscribe whatever it holds (an
+		// empty message included).
+		if env.Unsubscribe {
+			r.Kind = KindUnsubscribe
+		}
 		return r
 	}
 	h := msg.Header
