@@ -30,6 +30,8 @@ var fuzzSeeds = []string{
 	"<a href=\"https://x.example/\x00\">nul</a>\x00<a\x00 href=https://y.example>",
 	`<img src="https://t.example/o/r1?a=1&amp;b=2" width="1" height="1" alt="">`,
 	`<a =href="https://x.example/" href = "https://y.example/"><a/href="https://z.example/">`,
+	`<p>{{unsubscribe_url}}</p><title/>{{unsubscribe_url}}</title><script/><a href="https://x.example/">{{unsubscribe_url}}`,
+	`<TEXTAREA a="b"/>{{unsubscribe_url}}</textarea><style/>/* {{unsubscribe_url}}`,
 }
 
 // FuzzRewrite checks that for any input Rewrite does not fail, and that
@@ -78,7 +80,8 @@ func tokenize(b []byte) []token {
 		t := token{raw: string(z.Raw()), rawText: inRaw && tt == html.TextToken}
 		t.Token = z.Token()
 		switch tt {
-		case html.StartTagToken:
+		case html.StartTagToken, html.SelfClosingTagToken:
+			// <script/> opens a script for the tokenizer, as <script> does.
 			inRaw = isRawText(t.Data)
 		case html.EndTagToken:
 			inRaw = false

@@ -42,10 +42,12 @@ import (
 	"golang.org/x/net/html"
 )
 
-// MaxLinks is the most distinct URLs one HTML body gets click-tracked. The
-// caller stores each link as a row once per email, so without a cap a single
-// message could make the store write hundreds of thousands of rows; URLs past
-// the cap are left as they are (they still work, they are just not counted).
+// MaxLinks is the most distinct URLs one email gets click-tracked, over all
+// its HTML bodies (see Params.LinksBefore). The caller stores each link as a
+// row once per email, so without a cap a single message could make the store
+// write hundreds of thousands of rows, and a link's index must fit in its
+// token; URLs past the cap are left as they are (they still work, they are
+// just not counted).
 const MaxLinks = 10000
 
 // Placeholder is replaced by Params.UnsubscribeURL.
@@ -66,6 +68,10 @@ type Params struct {
 	// UnsubscribeURL replaces {{unsubscribe_url}}; empty: the placeholder is
 	// left as it is.
 	UnsubscribeURL string
+	// LinksBefore is how many links the email's earlier HTML bodies have (the
+	// length of their Result.Links): MaxLinks is for the whole email, so this
+	// body tracks at most MaxLinks-LinksBefore distinct URLs.
+	LinksBefore int
 }
 
 // Result is one recipient's rewritten HTML.
@@ -74,8 +80,9 @@ type Result struct {
 	// Links are the distinct trackable URLs as the customer wrote them
 	// (character references decoded, surrounding spaces trimmed), in order of
 	// first appearance; link i is the one Params.ClickURL(i) is asked for.
-	// They depend only on the source HTML, never on Params, so the caller can
-	// store them once per email and use the indexes for every recipient.
+	// They depend only on the source HTML and Params.LinksBefore, never on
+	// the recipient's URLs, so the caller can store them once per email and
+	// use the indexes for every recipient.
 	Links []string
 }
 
@@ -152,9 +159,10 @@ func (r *rewriter) run(src []byte) error {
 			}
 		case html.StartTagToken, html.SelfClosingTagToken:
 			name, hasAttr := z.TagName()
-			// The tokenizer switches to raw text only after a start tag
-			// (<script/> still opens a script), so only those count.
-			if tt == html.StartTagToken && isRawText(string(name)) {
+			// The tokenizer switches to raw text after <script/> as after
+			// <script> (a / on an element that is not void is ignored), so
+			// both open one here.
+			if isRawText(string(name)) {
 				inRaw = true
 			}
 			r.tag(z, raw, string(name), hasAttr, tt == html.SelfClosingTagToken)
@@ -257,7 +265,7 @@ func (r *rewriter) trackLink(tok *html.Token) bool {
 	}
 	i, seen := r.index[link]
 	if !seen {
-		if len(r.links) >= MaxLinks {
+		if len(r.links) >= MaxLinks-r.p.LinksBefore {
 			return false
 		}
 		i = len(r.links)

@@ -138,6 +138,11 @@ func TestUnsubscribe(t *testing.T) {
 			in:   `<title>{{unsubscribe_url}}</title><script>var u="{{unsubscribe_url}}"</script><style>/*{{unsubscribe_url}}*/</style><!--{{unsubscribe_url}}-->&#123;{unsubscribe_url}}`,
 			want: `<title>{{unsubscribe_url}}</title><script>var u="{{unsubscribe_url}}"</script><style>/*{{unsubscribe_url}}*/</style><!--{{unsubscribe_url}}-->&#123;{unsubscribe_url}}`,
 		},
+		{
+			name: "left alone in raw text opened by a self-closing tag, which the tokenizer reads as a start tag",
+			in:   `<title/>{{unsubscribe_url}}</title><SCRIPT/>u="{{unsubscribe_url}}"</script><textarea x="1"/>{{unsubscribe_url}}</textarea><style/>{{unsubscribe_url}}`,
+			want: `<title/>{{unsubscribe_url}}</title><SCRIPT/>u="{{unsubscribe_url}}"</script><textarea x="1"/>{{unsubscribe_url}}</textarea><style/>{{unsubscribe_url}}`,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -173,6 +178,7 @@ func TestPixel(t *testing.T) {
 		{"unclosed script: before it", `<p>x</p><script>var a`, `<p>x</p>` + pixelTag + `<script>var a`},
 		{"unfinished tag: before it", `<p>x</p><a href="https://x.ex`, `<p>x</p>` + pixelTag + `<a href="https://x.ex`},
 		{"empty <plaintext> at the end: before it", `<p>x</p><plaintext>`, `<p>x</p>` + pixelTag + `<plaintext>`},
+		{"unclosed self-closing script: before it", `<p>x</p><script/>var a`, `<p>x</p>` + pixelTag + `<script/>var a`},
 		{"trailing text and a lone <", `<p>x</p> a < b`, `<p>x</p> a < b` + pixelTag},
 	}
 	for _, tt := range tests {
@@ -217,6 +223,31 @@ func TestMaxLinks(t *testing.T) {
 	}
 	if !strings.HasSuffix(out, `<a href="https://t.example/c/0">again</a>`) {
 		t.Error("a known link past the cap was not rewritten")
+	}
+}
+
+// TestLinksBefore: the cap is for the whole email, so a body after others
+// with links tracks only what is left of it.
+func TestLinksBefore(t *testing.T) {
+	in := `<a href="https://x.example/0">0</a><a href="https://x.example/1">1</a><a href="https://x.example/2">2</a><a href="https://x.example/0">again</a>`
+	tests := []struct {
+		before int
+		want   string
+		links  []string
+	}{
+		{MaxLinks - 2, `<a href="https://t.example/c/0">0</a><a href="https://t.example/c/1">1</a><a href="https://x.example/2">2</a><a href="https://t.example/c/0">again</a>`,
+			[]string{"https://x.example/0", "https://x.example/1"}},
+		{MaxLinks, in, nil},
+		{MaxLinks + 1, in, nil},
+	}
+	for _, tt := range tests {
+		res, err := Rewrite([]byte(in), Params{ClickURL: clickURL, LinksBefore: tt.before})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(res.HTML) != tt.want || !slices.Equal(res.Links, tt.links) {
+			t.Errorf("%d links before: got %s, %q", tt.before, res.HTML, res.Links)
+		}
 	}
 }
 

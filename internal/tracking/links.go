@@ -6,11 +6,9 @@
 package tracking
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
-	"net/textproto"
 
 	"github.com/google/uuid"
 
@@ -53,8 +51,9 @@ type Personalized struct {
 // Personalize returns the copy of raw (a complete message, not yet signed)
 // for the recipient at position of the email: links of the HTML rewritten
 // to click URLs, the open pixel added, {{unsubscribe_url}} replaced, and the
-// List-Unsubscribe fields added unless raw has its own. base is where the
-// links point (MAILYARD_TRACKING_URL, or https://<verified custom domain>).
+// List-Unsubscribe fields added unless raw has either of its own. base is
+// where the links point (MAILYARD_TRACKING_URL, or https://<verified custom
+// domain>).
 func (l *Links) Personalize(raw []byte, base string, s Settings, emailID uuid.UUID, position int) (Personalized, error) {
 	mint := func(t tracktoken.Token) (string, error) {
 		t.EmailID, t.Recipient = emailID, position
@@ -86,9 +85,10 @@ func (l *Links) Personalize(raw []byte, base string, s Settings, emailID uuid.UU
 			}
 			return bytes.ReplaceAll(body, []byte(trackhtml.Placeholder), []byte(unsubscribeURL)), nil
 		}
-		// Several HTML parts (rare) number their links one after another.
+		// Several HTML parts (rare) number their links one after another,
+		// and share the email's cap on links: an index must fit in a token.
 		offset := len(out.Links)
-		p := trackhtml.Params{PixelURL: pixel, UnsubscribeURL: unsubscribeURL}
+		p := trackhtml.Params{PixelURL: pixel, UnsubscribeURL: unsubscribeURL, LinksBefore: offset}
 		if s.Clicks {
 			p.ClickURL = func(i int) string {
 				tok, err := mint(tracktoken.Token{Kind: tracktoken.Click, Link: offset + i})
@@ -112,25 +112,40 @@ func (l *Links) Personalize(raw []byte, base string, s Settings, emailID uuid.UU
 	if err = errors.Join(err, mintErr); err != nil {
 		return Personalized{}, fmt.Errorf("tracking: %w", err)
 	}
-	if s.Unsubscribe && !hasField(msg, "List-Unsubscribe") {
-		// RFC 8058: both fields, and the signature covers them
-		// (mailmsg.Sign lists them in h= when present).
-		mailto := "mailto:" + bouncetag.UnsubscribeAddress(unsubscribeToken, l.BounceHost)
-		msg, err = trackmime.PrependFields(msg,
-			"List-Unsubscribe: <"+unsubscribeURL+">, <"+mailto+">",
-			"List-Unsubscribe-Post: List-Unsubscribe=One-Click")
+	if s.Unsubscribe {
+		own, err := hasListUnsubscribe(msg)
 		if err != nil {
 			return Personalized{}, fmt.Errorf("tracking: %w", err)
+		}
+		if !own {
+			// RFC 8058: both fields, and the signature covers them
+			// (mailmsg.Sign lists them in h= when present).
+			mailto := "mailto:" + bouncetag.UnsubscribeAddress(unsubscribeToken, l.BounceHost)
+			msg, err = trackmime.PrependFields(msg,
+				"List-Unsubscribe: <"+unsubscribeURL+">, <"+mailto+">",
+				"List-Unsubscribe-Post: List-Unsubscribe=One-Click")
+			if err != nil {
+				return Personalized{}, fmt.Errorf("tracking: %w", err)
+			}
 		}
 	}
 	out.Message = msg
 	return out, nil
 }
 
-// hasField reports whether the message's header has the field.
-func hasField(msg []byte, name string) bool {
-	h, err := textproto.NewReader(bufio.NewReader(bytes.NewReader(msg))).ReadMIMEHeader()
-	return err == nil && len(h.Values(name)) > 0
+// hasListUnsubscribe reports whether the message's header has a
+// List-Unsubscribe or a List-Unsubscribe-Post field of its own. Either one
+// means the customer handles unsubscribes: adding ours would give the
+// message two of a field, and leave the recipient's client to guess which
+// counts. The header is read as trackmime reads it, which accepts any
+// header it rewrote (raw 8-bit and control bytes in values included).
+func hasListUnsubscribe(msg []byte) (bool, error) {
+	for _, name := range []string{"List-Unsubscribe", "List-Unsubscribe-Post"} {
+		if has, err := trackmime.HasField(msg, name); has || err != nil {
+			return has, err
+		}
+	}
+	return false, nil
 }
 
 // NewLinks mints links with tokens under a key derived from the encryption

@@ -25,10 +25,11 @@
 // (a forwarded message is not the sender's to track).
 //
 // Anything this package cannot read with certainty (a missing boundary or
-// closing boundary, bad base64, a malformed header, too deep or too many
-// parts) is an error rather than a guess: the caller refuses the message
-// instead of sending a copy in which tracking silently did not happen or,
-// worse, the message was cut short.
+// closing boundary, bad base64, a malformed header, too deep, too many
+// parts or header fields) is an error rather than a guess, so that no copy
+// is made in which only some of the text was rewritten or, worse, the
+// message was cut short. The caller then sends the message as it came,
+// untracked, and logs why (docs/tracking.md).
 package trackmime
 
 import (
@@ -43,10 +44,15 @@ import (
 )
 
 // Limits on what one message may hold; beyond them Rewrite fails with
-// ErrTooComplex. Real mail nests a handful of levels and has tens of parts.
+// ErrTooComplex. Real mail nests a handful of levels and has tens of parts,
+// and tens of header fields in each (a few hundred at most). MaxFields, per
+// header, bounds the memory of the field list, which a 10 MiB header of
+// one-letter fields would otherwise make hundreds of MiB; continuation lines
+// need no cap, as they only move the end of their field.
 const (
-	MaxDepth = 16
-	MaxParts = 1000
+	MaxDepth  = 16
+	MaxParts  = 1000
+	MaxFields = 10000
 )
 
 // maxLine is the longest line RFC 5322 §2.1.1 allows, without its CRLF.
@@ -55,7 +61,7 @@ const maxLine = 998
 var (
 	// ErrMalformed wraps the reasons a message cannot be read.
 	ErrMalformed = errors.New("malformed MIME message")
-	// ErrTooComplex is for messages past MaxDepth or MaxParts.
+	// ErrTooComplex is for messages past MaxDepth, MaxParts or MaxFields.
 	ErrTooComplex = errors.New("MIME message too complex")
 )
 
@@ -251,7 +257,7 @@ func (w *walker) text(out *bytes.Buffer, raw []byte, h header, html bool, charse
 		out.Write(raw[:h.bodyStart])
 		writeBase64(out, rewritten, bytes.HasSuffix(encoded, []byte("\n")))
 	case cte != "binary" && !fits(rewritten, cte != "8bit"):
-		h.writeWithCTE(out, raw, "quoted-printable")
+		h.writeWithCTE(out, "quoted-printable")
 		writeQP(out, rewritten)
 	default:
 		out.Write(raw[:h.bodyStart])
