@@ -146,15 +146,26 @@ func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
 
 // Run does the API's background work (recording key use, deleting expired
 // idempotency keys, erasing expired previous signing secrets, finishing emails
-// and domains whose workflow never started) until ctx ends.
+// and domains whose workflow never started) until ctx ends. The writers of
+// tracking events it starts work until Close.
 func (s *Server) Run(ctx context.Context) {
 	go s.sweepIdempotencyKeys(ctx)
 	go s.sweepUnstarted(ctx)
 	go s.erasePreviousSecrets(ctx)
 	if s.trackingQueue != nil {
-		go s.trackingQueue.Run(ctx, trackingWriters)
+		go s.trackingQueue.Run(trackingWriters)
 	}
 	s.usage.Run(ctx)
+}
+
+// Close writes the tracking events still queued and returns once they are
+// written; an event of a later request is written by the request. Call it
+// after the listeners serving Handler and TrackingHandler have shut down
+// (their last requests queue events) and before closing the store.
+func (s *Server) Close() {
+	if s.trackingQueue != nil {
+		s.trackingQueue.Close()
+	}
 }
 
 // eraseEvery is how often expired previous signing secrets are erased.

@@ -90,19 +90,26 @@ func serveAPIWith(ctx context.Context, cfg *config.Config, st *store.Store, tc c
 	}
 	srv := api.New(api.Deps{Config: cfg, Store: st, Temporal: tc, Logger: logger, Verifier: verifier, EagerStart: eager,
 		EmailSchedule: testEmailSchedule})
+	var certs *autocert.Manager
+	if cfg.Tracking.TLSAddr != "" {
+		// Before anything starts: an error returns with nothing running.
+		if certs, err = trackingCertificates(cfg, st); err != nil {
+			return err
+		}
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { srv.Run(ctx); return nil })
 	g.Go(func() error { return serveHTTP(ctx, "api", cfg.HTTPAddr, srv.Handler(), logger) })
 	g.Go(func() error { return serveHTTP(ctx, "internal", cfg.InternalAddr, srv.InternalHandler(), logger) })
-	if cfg.Tracking.TLSAddr != "" {
-		m, err := trackingCertificates(cfg, st)
-		if err != nil {
-			return err
-		}
+	if certs != nil {
 		logger.Info("serving tracking over HTTPS for verified custom domains", "addr", cfg.Tracking.TLSAddr, "acme", cfg.Tracking.ACMEDirectory)
-		g.Go(func() error { return trackingtls.Serve(ctx, cfg.Tracking.TLSAddr, m, srv.TrackingHandler()) })
+		g.Go(func() error { return trackingtls.Serve(ctx, cfg.Tracking.TLSAddr, certs, srv.TrackingHandler()) })
 	}
-	return g.Wait()
+	err = g.Wait()
+	// The listeners have shut down, so no request queues a tracking event
+	// any more: write the queued ones before the caller closes the store.
+	srv.Close()
+	return err
 }
 
 // trackingCertificates obtains and shares the certificates of verified

@@ -92,18 +92,23 @@ func (r *Recorder) record(ctx context.Context, t tracktoken.Token, what store.En
 }
 
 // cleanUserAgent keeps a printable, bounded user agent: it goes into
-// webhooks and the event list.
+// webhooks and the event list. It cuts first, so it never copies more than
+// maxUserAgent bytes of a header that may be 64 KiB, and it returns a copy:
+// the routes queue the result, and a slice of the header would keep all of
+// it in memory while the event waits.
 func cleanUserAgent(ua string) string {
+	if len(ua) > maxUserAgent {
+		ua = ua[:maxUserAgent]
+	}
+	// Drops control characters and U+FFFD, and so any invalid UTF-8,
+	// including a rune the cut split (Map reads it as U+FFFD).
 	ua = strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) || r == unicode.ReplacementChar {
 			return -1
 		}
 		return r
 	}, ua)
-	if len(ua) > maxUserAgent {
-		ua = strings.ToValidUTF8(ua[:maxUserAgent], "")
-	}
-	return strings.TrimSpace(ua)
+	return strings.Clone(strings.TrimSpace(ua))
 }
 
 // ignoreNotFound makes a token of an email (or recipient) that is gone a

@@ -68,7 +68,7 @@ func (rt *Routes) open(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	metrics.CountTrackingRequest("open", "ok")
-	ua := r.UserAgent()
+	ua := cleanUserAgent(r.UserAgent()) // cut before queueing: the header may be 64 KiB
 	rt.Queue.Add(func(ctx context.Context) error { return rt.Recorder.Open(ctx, tok, ua) })
 }
 
@@ -100,7 +100,7 @@ func (rt *Routes) click(w http.ResponseWriter, r *http.Request) {
 	// wrote it (http.Redirect would clean and re-escape it).
 	w.Header().Set("Location", target.URL)
 	w.WriteHeader(http.StatusFound)
-	ua, link := r.UserAgent(), target.URL
+	ua, link := cleanUserAgent(r.UserAgent()), target.URL // cut before queueing, as for open
 	rt.Queue.Add(func(ctx context.Context) error { return rt.Recorder.Click(ctx, tok, link, ua) })
 }
 
@@ -227,10 +227,19 @@ func (rt *Routes) page(w http.ResponseWriter, status, which int, action string) 
 // pixel or redirect does not wait for the database. When it is full, Add
 // runs the write in the request instead: under a flood, requests slow down
 // rather than lose events.
+//
+// Close, not a context, ends it: the listeners serving the routes keep
+// answering requests for a while after shutdown begins, and their events
+// must still be written, before the store is closed.
 type Queue struct {
 	jobs   chan func(context.Context) error
 	logger *slog.Logger
-	wg     sync.WaitGroup
+
+	// mu orders Add's sends before Close closes jobs.
+	mu     sync.RWMutex
+	closed bool
+	// pending counts the jobs queued and not yet run; Close waits for it.
+	pending sync.WaitGroup
 }
 
 // NewQueue makes a queue of size jobs; Run works it.
@@ -238,42 +247,53 @@ func NewQueue(size int, logger *slog.Logger) *Queue {
 	return &Queue{jobs: make(chan func(context.Context) error, size), logger: logger}
 }
 
-// Add queues a job, or runs it now when the queue is full.
+// Add queues a job, or runs it now when the queue is full or closed.
 func (q *Queue) Add(job func(context.Context) error) {
-	select {
-	case q.jobs <- job:
-	default:
-		q.run(context.Background(), job)
-	}
-}
-
-// Run works the queue with n workers until ctx ends, then finishes the
-// jobs already queued (each bounded by a time limit).
-func (q *Queue) Run(ctx context.Context, n int) {
-	for range n {
-		q.wg.Go(func() {
-			for {
-				select {
-				case job := <-q.jobs:
-					q.run(context.Background(), job)
-				case <-ctx.Done():
-					q.drain()
-					return
-				}
-			}
-		})
-	}
-	q.wg.Wait()
-}
-
-func (q *Queue) drain() {
-	for {
+	q.mu.RLock()
+	if !q.closed {
+		q.pending.Add(1)
 		select {
-		case job := <-q.jobs:
-			q.run(context.Background(), job)
-		default:
+		case q.jobs <- job:
+			q.mu.RUnlock()
 			return
+		default:
+			q.pending.Done()
 		}
+	}
+	q.mu.RUnlock()
+	q.run(context.Background(), job)
+}
+
+// Run works the queue with n workers until Close, and returns once they
+// have run the jobs left in it.
+func (q *Queue) Run(n int) {
+	var workers sync.WaitGroup
+	for range n {
+		workers.Go(func() { q.work() })
+	}
+	workers.Wait()
+}
+
+// Close stops queueing (a later Add runs its job in the caller) and
+// returns once every job queued has run, by Run's workers or by Close
+// itself when Run is not working the queue. Call it after the listeners
+// serving the routes have shut down, and before closing the store.
+func (q *Queue) Close() {
+	q.mu.Lock()
+	if !q.closed {
+		q.closed = true
+		close(q.jobs)
+	}
+	q.mu.Unlock()
+	q.work()
+	q.pending.Wait()
+}
+
+// work runs queued jobs until the queue is closed and empty.
+func (q *Queue) work() {
+	for job := range q.jobs {
+		q.run(context.Background(), job)
+		q.pending.Done()
 	}
 }
 

@@ -181,10 +181,9 @@ func newRoutes(t *testing.T, url string) *routesFixture {
 	k, _ := tracktoken.New(encKey)
 	logger := slog.New(slog.DiscardHandler)
 	queue := tracking.NewQueue(100, logger)
-	qctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { queue.Run(qctx, 2); close(done) }()
-	t.Cleanup(func() { stop(); <-done })
+	go func() { queue.Run(2); close(done) }()
+	t.Cleanup(func() { queue.Close(); <-done })
 	mux := http.NewServeMux()
 	(&tracking.Routes{Keys: k, Store: st, Queue: queue, Hosts: []string{"127.0.0.1"}, Logger: logger,
 		Recorder: &tracking.Recorder{Store: st}}).Register(mux)

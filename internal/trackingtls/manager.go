@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -33,8 +32,10 @@ type Options struct {
 	RootCAs *x509.CertPool
 	// Allowed reports whether host (lower case, no trailing dot) is a
 	// verified custom tracking domain. It is asked on every TLS handshake
-	// that is not an ACME challenge, so it should be cheap. An error fails
-	// the handshake.
+	// that is not an ACME challenge (a refusal is remembered for 30
+	// seconds), and before a certificate is written to Cache, so it should
+	// be cheap; it gets 5 seconds, and at most 4 calls run at once. An
+	// error fails the handshake.
 	Allowed func(ctx context.Context, host string) (bool, error)
 	// Cache holds the account key and the certificates, shared by every
 	// process: a *Cache over the store.
@@ -61,10 +62,11 @@ func NewManager(o Options) (*autocert.Manager, error) {
 		t.TLSClientConfig = &tls.Config{RootCAs: o.RootCAs, MinVersion: tls.VersionTLS12}
 		hc = &http.Client{Transport: t, Timeout: time.Minute}
 	}
+	p := newPolicy(o.Allowed)
 	return &autocert.Manager{
 		Prompt:     autocert.AcceptTOS,
-		Cache:      o.Cache,
-		HostPolicy: hostPolicy(o.Allowed),
+		Cache:      policyCache{Cache: o.Cache, policy: p},
+		HostPolicy: p.hostPolicy,
 		Email:      o.Email,
 		Client: &acme.Client{
 			DirectoryURL: dir,
@@ -78,18 +80,4 @@ func NewManager(o Options) (*autocert.Manager, error) {
 // without the trailing dot of a fully qualified name.
 func NormalizeHost(host string) string {
 	return strings.TrimSuffix(strings.ToLower(host), ".")
-}
-
-func hostPolicy(allowed func(ctx context.Context, host string) (bool, error)) autocert.HostPolicy {
-	return func(ctx context.Context, host string) error {
-		host = NormalizeHost(host)
-		ok, err := allowed(ctx, host)
-		if err != nil {
-			return fmt.Errorf("trackingtls: is %q a verified custom tracking domain: %w", host, err)
-		}
-		if !ok {
-			return fmt.Errorf("trackingtls: %q: %w", host, ErrNotAllowed)
-		}
-		return nil
-	}
 }

@@ -1,0 +1,143 @@
+package trackingtls
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/acme/autocert"
+)
+
+// The host policy's limits. Anyone can send a ClientHello with any name to
+// the listener, and each one asks Allowed (a database query) unless told
+// otherwise.
+const (
+	// refusalTTL is how long a refused name stays refused without asking
+	// again: scanners and misconfigured clients repeat the same names. A
+	// name that was refused and is then verified waits this long at most.
+	// Acceptances are never remembered: a removed domain stops being
+	// served at once (docs/tracking.md).
+	refusalTTL = 30 * time.Second
+	// maxRefusals bounds the names remembered. When it is reached they
+	// are all forgotten: a flood of distinct names would push out anything
+	// useful anyway, and clearing keeps each refusal O(1).
+	maxRefusals = 10000
+	// lookupTimeout bounds one Allowed call, and the wait for a turn to
+	// make it; autocert gives a handshake five minutes.
+	lookupTimeout = 5 * time.Second
+	// maxLookups is how many Allowed calls run at once: a flood of
+	// handshakes with distinct names (each one a query) waits for its turn
+	// rather than taking the connection pool the API shares.
+	maxLookups = 4
+)
+
+// policy asks Allowed whether a name may have a certificate, within the
+// limits above.
+type policy struct {
+	allowed func(ctx context.Context, host string) (bool, error)
+	now     func() time.Time
+	turns   chan struct{}
+
+	mu      sync.Mutex
+	refused map[string]time.Time // name → when its refusal ends
+}
+
+func newPolicy(allowed func(ctx context.Context, host string) (bool, error)) *policy {
+	return &policy{allowed: allowed, now: time.Now, turns: make(chan struct{}, maxLookups), refused: map[string]time.Time{}}
+}
+
+// allow reports whether host (normalized) is a verified custom tracking
+// domain. An error is not remembered: a failing database must not refuse
+// the real domains for refusalTTL.
+func (p *policy) allow(ctx context.Context, host string) (bool, error) {
+	p.mu.Lock()
+	until, ok := p.refused[host]
+	if ok && !p.now().Before(until) {
+		delete(p.refused, host)
+		ok = false
+	}
+	p.mu.Unlock()
+	if ok {
+		return false, nil
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	select {
+	case p.turns <- struct{}{}:
+	case <-ctx.Done():
+		return false, fmt.Errorf("waiting for a turn to ask: %w", ctx.Err())
+	}
+	allowed, err := p.allowed(ctx, host)
+	<-p.turns
+	if err != nil || allowed {
+		return allowed, err
+	}
+
+	p.mu.Lock()
+	if len(p.refused) >= maxRefusals {
+		clear(p.refused)
+	}
+	p.refused[host] = p.now().Add(refusalTTL)
+	p.mu.Unlock()
+	return false, nil
+}
+
+// hostPolicy is autocert's check before it serves or orders a certificate
+// in a handshake.
+func (p *policy) hostPolicy(ctx context.Context, host string) error {
+	host = NormalizeHost(host)
+	ok, err := p.allow(ctx, host)
+	if err != nil {
+		return fmt.Errorf("trackingtls: is %q a verified custom tracking domain: %w", host, err)
+	}
+	if !ok {
+		return fmt.Errorf("trackingtls: %q: %w", host, ErrNotAllowed)
+	}
+	return nil
+}
+
+// policyCache stores a certificate only for a name the policy accepts.
+//
+// autocert checks HostPolicy in a handshake only: the renewal timer it
+// starts for a certificate it holds in memory renews it for as long as the
+// process runs, and writes each renewal to the cache. Removing or changing
+// a custom domain deletes its certificates from the cache
+// (store.SetDomainTracking); without this check the next renewal of a
+// process that served it would write them back.
+//
+// A refused name's certificate is dropped without an error: autocert
+// retries a renewal that fails every 30 to 60 minutes, each time ordering
+// a certificate from the CA again, and would spend the CA's rate limits.
+// Dropped, the renewal keeps the certificate in memory, where no handshake
+// gets it (HostPolicy refuses the name), until the next renewal is due.
+//
+// Get is left alone: in a handshake HostPolicy has just accepted the name,
+// and autocert calls Get holding the lock every handshake takes, so a
+// query there would hold up all of them.
+type policyCache struct {
+	autocert.Cache
+	policy *policy
+}
+
+// Put stores data at key unless key is a certificate (autocert's keys
+// "name" and "name+rsa") of a name the policy refuses. The other keys
+// (the account key "acme_account+key", challenge certificates
+// "name+token") are stored as they come: challenges belong to orders
+// HostPolicy allowed.
+func (c policyCache) Put(ctx context.Context, key string, data []byte) error {
+	name := strings.TrimSuffix(key, "+rsa")
+	if strings.Contains(name, "+") {
+		return c.Cache.Put(ctx, key, data)
+	}
+	ok, err := c.policy.allow(ctx, NormalizeHost(name))
+	if err != nil {
+		return fmt.Errorf("trackingtls: not caching %q: is it a verified custom tracking domain: %w", key, err)
+	}
+	if !ok {
+		return nil
+	}
+	return c.Cache.Put(ctx, key, data)
+}

@@ -1,0 +1,268 @@
+package trackingtls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/acme/autocert"
+)
+
+// asker is an Allowed that accepts the names in verified and counts what
+// it is asked.
+type asker struct {
+	mu       sync.Mutex
+	verified map[string]bool
+	failing  map[string]bool
+	asked    map[string]int
+}
+
+func newAsker(verified ...string) *asker {
+	a := &asker{verified: map[string]bool{}, failing: map[string]bool{}, asked: map[string]int{}}
+	for _, v := range verified {
+		a.verified[v] = true
+	}
+	return a
+}
+
+func (a *asker) allowed(_ context.Context, host string) (bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.asked[host]++
+	if a.failing[host] {
+		return false, errors.New("database is down")
+	}
+	return a.verified[host], nil
+}
+
+func (a *asker) count(host string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.asked[host]
+}
+
+func (a *asker) set(host string, verified bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.verified[host] = verified
+}
+
+// A refused name is refused for refusalTTL without asking again; an
+// accepted name and a failed question are asked every time (a removed
+// domain stops at once, a database error refuses nothing for long).
+func TestPolicyRemembersRefusalsOnly(t *testing.T) {
+	a := newAsker("track.shop.example")
+	a.failing["flaky.example"] = true
+	p := newPolicy(a.allowed)
+	now := time.Unix(1_700_000_000, 0)
+	p.now = func() time.Time { return now }
+	ctx := context.Background()
+
+	for range 3 {
+		if err := p.hostPolicy(ctx, "Scanner.Example."); !errors.Is(err, ErrNotAllowed) {
+			t.Fatalf("refused name: %v", err)
+		}
+		if err := p.hostPolicy(ctx, "track.shop.example"); err != nil {
+			t.Fatalf("verified name: %v", err)
+		}
+		if err := p.hostPolicy(ctx, "flaky.example"); err == nil || errors.Is(err, ErrNotAllowed) {
+			t.Fatalf("failing question: %v", err)
+		}
+	}
+	if n := a.count("scanner.example"); n != 1 {
+		t.Fatalf("a refused name was asked %d times, want once", n)
+	}
+	if n := a.count("track.shop.example"); n != 3 {
+		t.Fatalf("an accepted name was asked %d times of 3", n)
+	}
+	if n := a.count("flaky.example"); n != 3 {
+		t.Fatalf("a failing name was asked %d times of 3", n)
+	}
+
+	// A removed domain is refused on the next handshake.
+	a.set("track.shop.example", false)
+	if err := p.hostPolicy(ctx, "track.shop.example"); !errors.Is(err, ErrNotAllowed) {
+		t.Fatalf("removed name: %v", err)
+	}
+	// A refused name that is then verified is accepted once the refusal
+	// ends, and not before.
+	a.set("scanner.example", true)
+	now = now.Add(refusalTTL - time.Nanosecond)
+	if err := p.hostPolicy(ctx, "scanner.example"); !errors.Is(err, ErrNotAllowed) {
+		t.Fatalf("before the refusal ends: %v", err)
+	}
+	now = now.Add(time.Nanosecond)
+	if err := p.hostPolicy(ctx, "scanner.example"); err != nil {
+		t.Fatalf("after the refusal ends: %v", err)
+	}
+	if n := a.count("scanner.example"); n != 2 {
+		t.Fatalf("asked %d times, want twice", n)
+	}
+}
+
+// The refusals remembered are bounded.
+func TestPolicyRefusalsBounded(t *testing.T) {
+	p := newPolicy(newAsker().allowed)
+	for i := range maxRefusals + 10 {
+		if ok, err := p.allow(context.Background(), fmt.Sprintf("n%d.example", i)); ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if len(p.refused) > maxRefusals {
+			t.Fatalf("%d refusals remembered after %d names", len(p.refused), i+1)
+		}
+	}
+}
+
+// Allowed gets lookupTimeout, not the five minutes autocert gives a
+// handshake, and at most maxLookups calls run at once: another one waits
+// for a turn within that time, and fails when it runs out.
+func TestPolicyBoundsLookups(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var asked []string
+	deadlines := make(chan time.Time, maxLookups)
+	p := newPolicy(func(ctx context.Context, host string) (bool, error) {
+		mu.Lock()
+		asked = append(asked, host)
+		mu.Unlock()
+		if host == "late.example" {
+			return true, nil
+		}
+		d, _ := ctx.Deadline()
+		deadlines <- d
+		entered <- struct{}{}
+		<-release
+		return true, nil
+	})
+	handshake, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	handshakeDeadline, _ := handshake.Deadline()
+
+	var wg sync.WaitGroup
+	for i := range maxLookups {
+		wg.Go(func() {
+			if ok, err := p.allow(handshake, fmt.Sprintf("busy%d.example", i)); !ok || err != nil {
+				t.Errorf("busy lookup: %v %v", ok, err)
+			}
+		})
+	}
+	for range maxLookups {
+		<-entered
+		// lookupTimeout from its start: minutes before the handshake's.
+		if d := <-deadlines; !d.Before(handshakeDeadline.Add(-time.Minute)) {
+			t.Errorf("Allowed's deadline is only %s before the handshake's", handshakeDeadline.Sub(d))
+		}
+	}
+
+	// Every turn is taken: a lookup whose time is up (here: at once) fails
+	// without asking.
+	over, stop := context.WithCancel(context.Background())
+	stop()
+	if ok, err := p.allow(over, "late.example"); ok || !errors.Is(err, context.Canceled) {
+		t.Fatalf("a lookup with no turn: %v %v", ok, err)
+	}
+	close(release)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, h := range asked {
+		if h == "late.example" {
+			t.Fatalf("Allowed was asked while %d calls ran", maxLookups)
+		}
+	}
+	// The failure is not remembered as a refusal.
+	if _, ok := p.refused["late.example"]; ok {
+		t.Fatal("a lookup that failed is remembered as a refusal")
+	}
+}
+
+// memCache is an autocert.Cache in memory.
+type memCache struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (c *memCache) Get(_ context.Context, key string) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if d, ok := c.m[key]; ok {
+		return d, nil
+	}
+	return nil, autocert.ErrCacheMiss
+}
+
+func (c *memCache) Put(_ context.Context, key string, data []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[key] = data
+	return nil
+}
+
+func (c *memCache) Delete(_ context.Context, key string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, key)
+	return nil
+}
+
+// The manager's cache stores the certificate of a name Allowed accepts
+// only: autocert's renewal of a certificate it holds never asks HostPolicy,
+// and would write a removed domain's certificates back to the cache the
+// removal emptied. A refused one is dropped without an error (a failed
+// renewal is retried, and each retry orders a certificate); the account
+// key and challenge certificates are stored as they come.
+func TestManagerCacheRefusesRemovedNames(t *testing.T) {
+	a := newAsker("track.shop.example")
+	a.failing["flaky.example"] = true
+	mem := &memCache{m: map[string][]byte{}}
+	m, err := NewManager(Options{Allowed: a.allowed, Cache: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, key := range []string{"track.shop.example", "track.shop.example+rsa", "acme_account+key", "removed.example+token", "removed.example", "removed.example+rsa"} {
+		if err := m.Cache.Put(ctx, key, []byte("pem of "+key)); err != nil {
+			t.Fatalf("Put %q: %v", key, err)
+		}
+	}
+	if err := m.Cache.Put(ctx, "flaky.example", []byte("pem")); err == nil {
+		t.Fatal("Put with a failing Allowed stored or dropped without an error")
+	}
+	want := map[string]bool{"track.shop.example": true, "track.shop.example+rsa": true, "acme_account+key": true, "removed.example+token": true}
+	if len(mem.m) != len(want) {
+		t.Errorf("stored %d entries, want %d", len(mem.m), len(want))
+	}
+	for key := range mem.m {
+		if !want[key] {
+			t.Errorf("stored %q", key)
+		}
+	}
+	if n := a.count("acme_account+key") + a.count("acme_account") + a.count("removed.example+token"); n != 0 {
+		t.Errorf("Allowed asked about keys that are not certificates (%d)", n)
+	}
+	// Get is the cache's own.
+	if d, err := m.Cache.Get(ctx, "track.shop.example"); err != nil || string(d) != "pem of track.shop.example" {
+		t.Fatalf("Get: %q %v", d, err)
+	}
+}
+
+// The manager's HostPolicy asks Allowed once about a name it refuses
+// within refusalTTL.
+func TestManagerHostPolicyRemembersRefusals(t *testing.T) {
+	a := newAsker("track.shop.example")
+	m, err := NewManager(Options{Allowed: a.allowed, Cache: &memCache{m: map[string][]byte{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		if err := m.HostPolicy(context.Background(), "random.example"); !errors.Is(err, ErrNotAllowed) {
+			t.Fatal(err)
+		}
+	}
+	if n := a.count("random.example"); n != 1 {
+		t.Fatalf("100 handshakes for a refused name asked Allowed %d times", n)
+	}
+}
