@@ -111,13 +111,17 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 		fail(fieldError("header."+idempotencyHeader, "Idempotency-Key must be 1 to 255 printable ASCII characters"))
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(ctx.BodyReader(), maxBodyBytes+1))
+	// The operation's own limit (register sets one on every operation;
+	// Send email's is 10 MiB), which Huma answers 413 at: a body read up
+	// to it is whole, one that reaches it is too large.
+	limit := op.MaxBodyBytes
+	body, err := io.ReadAll(io.LimitReader(ctx.BodyReader(), limit))
 	if err != nil {
 		fail(apperr.Errorf(apperr.BadRequest, "", "cannot read the request body"))
 		return
 	}
 	rec := &recordingContext{innerContext: ctx, ctx: ctx.Context(), body: body, header: http.Header{}}
-	if len(body) > maxBodyBytes {
+	if int64(len(body)) >= limit {
 		next(rec) // answered 413 by the operation; nothing to remember
 		return
 	}
