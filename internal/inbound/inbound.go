@@ -31,6 +31,12 @@ import (
 // maxRecipients bounds RCPT TO per message: a report goes to one address.
 const maxRecipients = 20
 
+// maxRefused bounds the refused RCPT TO of a connection: past them the next
+// RCPT TO gets errTooManyRefused and the connection is closed, so that one
+// connection cannot try address after address (each untagged candidate
+// costs a query).
+const maxRefused = 10
+
 // storeTimeout bounds each database step of a session; past it the client
 // gets 451 and sends again later.
 const storeTimeout = 10 * time.Second
@@ -47,6 +53,25 @@ var unsubscribeToken = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // ErrNoSuchRecipient refuses an address Mailyard did not hand out.
 var ErrNoSuchRecipient = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "No such recipient here"}
 
+var (
+	errTooManyRecipients = &smtp.SMTPError{Code: 452, EnhancedCode: smtp.EnhancedCode{4, 5, 3}, Message: "Too many recipients"}
+	// errOtherEmail defers a recipient of another email than the message's
+	// first: the workflow applies a message to one email, so each email's
+	// reports must come in a message of their own (the client sends the
+	// rest in another transaction, as after any 452).
+	errOtherEmail     = &smtp.SMTPError{Code: 452, EnhancedCode: smtp.EnhancedCode{4, 5, 3}, Message: "One email's return path per message, send the others separately"}
+	errTooManyRefused = &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 7, 0}, Message: "Too many refused recipients, closing connection"}
+)
+
+// tagsMigration is the migration that introduced tags: every email that
+// existed when it ran was given the untagged envelope sender it had been
+// sent with, and every later email is tagged.
+const tagsMigration = "20261125000010"
+
+// clockSkew widens the time of tagsMigration (the database's clock) against
+// the creation time in email ids (UUIDv7, the creating process's clock).
+const clockSkew = time.Hour
+
 // Backend makes the sessions of the inbound server.
 type Backend struct {
 	Store      *store.Store
@@ -58,20 +83,33 @@ type Backend struct {
 	Retention time.Duration
 	Logger    *slog.Logger
 
-	// starts are the workflow starts under way after a 250.
-	starts sync.WaitGroup
+	// starts are the workflow starts under way after a 250; once stopping
+	// is set (startsMu), Serve waits for them and no new one is added.
+	starts   sync.WaitGroup
+	startsMu sync.Mutex
+	stopping bool
+
+	// untaggedUntil is the newest creation time an email with an untagged
+	// envelope sender can have: tagsMigration's time plus clockSkew. It is
+	// read from the database once (zero until then).
+	untaggedMu    sync.Mutex
+	untaggedUntil time.Time
 }
 
 // NewSession implements smtp.Backend.
-func (b *Backend) NewSession(*smtp.Conn) (smtp.Session, error) {
-	return &session{b: b}, nil
+func (b *Backend) NewSession(c *smtp.Conn) (smtp.Session, error) {
+	return &session{b: b, conn: c}, nil
 }
 
 type session struct {
-	b          *Backend
+	b    *Backend
+	conn *smtp.Conn
+	// refused counts the connection's refused RCPT TO (maxRefused).
+	refused    int
 	from       string
 	recipients []string
-	// email is the first email whose envelope sender is a recipient.
+	// email is the email whose envelope sender is a recipient; a message
+	// names at most one.
 	email *store.Email
 }
 
@@ -81,10 +119,23 @@ func (s *session) Mail(from string, _ *smtp.MailOptions) error {
 	return nil
 }
 
-// Rcpt accepts only the addresses of docs/inbound.md.
+// Rcpt accepts only the addresses of docs/inbound.md, and closes the
+// connection after maxRefused refusals.
 func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
+	if s.refused >= maxRefused {
+		smtpserver.CloseAfterReply(s.conn)
+		return errTooManyRefused
+	}
+	err := s.rcpt(to)
+	if err != nil {
+		s.refused++
+	}
+	return err
+}
+
+func (s *session) rcpt(to string) error {
 	if len(s.recipients) >= maxRecipients {
-		return &smtp.SMTPError{Code: 452, EnhancedCode: smtp.EnhancedCode{4, 5, 3}, Message: "Too many recipients"}
+		return errTooManyRecipients
 	}
 	local, domain, ok := strings.Cut(to, "@")
 	if !ok {
@@ -99,13 +150,27 @@ func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 		return ErrNoSuchRecipient
 	}
 	// The tag is checked before the database is asked, so a flood of
-	// made-up addresses costs no query.
+	// made-up tagged addresses costs no query. An untagged address costs
+	// one only if its id dates from before tags; maxRefused bounds those.
 	id, ok := s.b.Tags.EmailID(to)
 	if !ok {
 		return ErrNoSuchRecipient
 	}
+	if s.email != nil && !strings.EqualFold(id, s.email.ID) {
+		return errOtherEmail
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
+	if tagged := strings.Contains(local, "."); !tagged {
+		legacy, err := s.b.couldBeUntagged(ctx, id)
+		if err != nil {
+			s.b.Logger.Warn("inbound: cannot read when tags began", "error", err)
+			return smtpserver.ErrUnavailable
+		}
+		if !legacy {
+			return ErrNoSuchRecipient
+		}
+	}
 	e, _, err := s.b.Store.EmailEnvelope(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return ErrNoSuchRecipient
@@ -150,21 +215,80 @@ func (s *session) Data(r io.Reader) error {
 	}
 	s.b.Logger.Info("inbound: message received", "inbound_id", m.ID, "bytes", len(raw))
 	// The 250 goes out now: the message is committed, and Temporal being
-	// slow or down must not hold the sender. A start that fails is made by
-	// the sweep.
-	s.b.starts.Add(1)
-	go func() {
-		defer s.b.starts.Done()
+	// slow or down must not hold the sender. A start that fails, or that a
+	// stopping server does not make, is made by the sweep.
+	s.b.goStart(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 		defer cancel()
 		if err := inboundwf.Start(ctx, s.b.Temporal, m.ID, owner, s.b.Retention); err != nil {
 			s.b.Logger.Warn("inbound: message stored, its workflow not started yet (the sweep will)", "inbound_id", m.ID, "error", err)
 		}
-	}()
+	})
 	return nil
 }
 
-// Reset forgets the transaction.
+// goStart runs start in the background unless Serve is stopping: then it
+// is already waiting for the starts under way, and a WaitGroup must not
+// grow while it is waited for.
+func (b *Backend) goStart(start func()) {
+	b.startsMu.Lock()
+	defer b.startsMu.Unlock()
+	if b.stopping {
+		return
+	}
+	b.starts.Add(1)
+	go func() {
+		defer b.starts.Done()
+		start()
+	}()
+}
+
+// waitStarts stops new starts and waits for those under way.
+func (b *Backend) waitStarts() {
+	b.startsMu.Lock()
+	b.stopping = true
+	b.startsMu.Unlock()
+	b.starts.Wait()
+}
+
+// couldBeUntagged reports whether an email with this id could have the
+// untagged envelope sender, that is, was created before tags: only such an
+// untagged address is worth a query. Email ids are UUIDv7, whose first 48
+// bits are the creation time in milliseconds.
+func (b *Backend) couldBeUntagged(ctx context.Context, id string) (bool, error) {
+	u, err := uuid.Parse(id)
+	if err != nil || u.Version() != 7 {
+		return false, nil
+	}
+	until, err := b.tagsBegan(ctx)
+	if err != nil {
+		return false, err
+	}
+	created := time.Unix(u.Time().UnixTime())
+	return created.Before(until), nil
+}
+
+// tagsBegan returns untaggedUntil, reading it the first time. The lock is
+// not held during the query, so a slow database holds up no other session;
+// a few queries at once at the start are harmless.
+func (b *Backend) tagsBegan(ctx context.Context) (time.Time, error) {
+	b.untaggedMu.Lock()
+	until := b.untaggedUntil
+	b.untaggedMu.Unlock()
+	if !until.IsZero() {
+		return until, nil
+	}
+	at, err := b.Store.MigrationAppliedAt(ctx, tagsMigration)
+	if err != nil {
+		return time.Time{}, err
+	}
+	b.untaggedMu.Lock()
+	b.untaggedUntil = at.Add(clockSkew)
+	b.untaggedMu.Unlock()
+	return at.Add(clockSkew), nil
+}
+
+// Reset forgets the transaction (not the refusals of the connection).
 func (s *session) Reset() {
 	s.from, s.recipients, s.email = "", nil, nil
 }

@@ -54,6 +54,9 @@ func (b *Backend) Serve(ctx context.Context, l Listener, ready func(addr string)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
+	b.startsMu.Lock()
+	b.stopping = false // a Backend may serve again after a stop
+	b.startsMu.Unlock()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	sweepCtx, stopSweep := context.WithCancel(ctx)
@@ -63,6 +66,8 @@ func (b *Backend) Serve(ctx context.Context, l Listener, ready func(addr string)
 	select {
 	case err = <-served:
 	case <-ctx.Done():
+		// Idle clients get 421 at once; a message under way has this long to
+		// finish, and is cut after it (still an ordinary stop).
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		err = srv.Shutdown(shutdownCtx)
 		cancel()
@@ -70,7 +75,7 @@ func (b *Backend) Serve(ctx context.Context, l Listener, ready func(addr string)
 	}
 	stopSweep()
 	<-swept
-	b.starts.Wait()
+	b.waitStarts()
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

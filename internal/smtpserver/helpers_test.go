@@ -75,6 +75,14 @@ func (s *authSession) Auth(string) (sasl.Server, error) {
 // start serves a new Server on a loopback port and closes it at the end.
 func start(t *testing.T, cfg Config, b *backend) (*Server, string) {
 	t.Helper()
+	s := build(t, cfg, b)
+	return s, serve(t, s)
+}
+
+// build makes a Server with the tests' defaults, for a test to adjust
+// before serve.
+func build(t *testing.T, cfg Config, b *backend) *Server {
+	t.Helper()
 	if cfg.Hostname == "" {
 		cfg.Hostname = "mx.mailyard.test"
 	}
@@ -85,6 +93,12 @@ func start(t *testing.T, cfg Config, b *backend) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// serve serves s on a loopback port and closes it at the end.
+func serve(t *testing.T, s *Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +111,7 @@ func start(t *testing.T, cfg Config, b *backend) (*Server, string) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return s, ln.Addr().String()
+	return ln.Addr().String()
 }
 
 // client is a raw SMTP client for what well-behaved clients never send.

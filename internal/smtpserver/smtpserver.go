@@ -12,11 +12,20 @@
 //     advertised with SIZE; a larger one gets 552 5.3.4.
 //   - A connection that sends or receives nothing for Config.IdleTimeout
 //     (5 minutes by default) is closed, also in the middle of DATA.
+//   - Config.MaxSessionTime (30 minutes by default) after it was accepted,
+//     a connection waiting for a command gets 421 and is closed, however
+//     busy it was, so that a client trickling bytes cannot hold a slot for
+//     ever; a message under way then has a third of that time more to
+//     finish, and nothing goes on past that.
 //   - At most Config.MaxConnections (500 by default) connections are open at
-//     once; one more gets "421 4.7.0 <hostname> Too many connections, try
-//     again later" and is closed before any SMTP session starts, without the
-//     accept loop waiting for it (under implicit TLS it is closed without the
-//     421, which it could not read).
+//     once, and at most Config.MaxConnectionsPerIP (a tenth of that) from
+//     one client address; one more gets "421 4.7.0 <hostname> Too many
+//     connections[ from your address], try again later" and is closed
+//     before any SMTP session starts, without the accept loop waiting for it
+//     (under implicit TLS it is closed without the 421, which it could not
+//     read).
+//   - Shutdown answers a connection waiting for a command 421 and closes
+//     it; a message being received is finished and answered first.
 //   - 8BITMIME, SMTPUTF8, PIPELINING, ENHANCEDSTATUSCODES and CHUNKING are
 //     advertised, STARTTLS when a certificate is configured.
 //   - Only <CRLF>.<CRLF> ends DATA, and a message containing a bare <CR> or
@@ -24,10 +33,17 @@
 //     Session's Data must use. Together this is the SMTP smuggling defence:
 //     no sequence such as <LF>.<LF> can end a message here, and no message
 //     containing one is stored, so none can be relayed to a server that would
-//     end a message there. (The one bare <CR> that ReadMessage cannot see,
-//     right after a dot that starts a line, is dropped by go-smtp's
-//     dot-unstuffing, so it is never stored either.) CHUNKING (BDAT) stays
-//     on: its chunks reach ReadMessage unchanged and get the same check.
+//     end a message there. The one bare <CR> that ReadMessage cannot see is
+//     the one right after a dot that starts a line: go-smtp v0.25.1's
+//     dot-unstuffing drops ".<CR>" there and keeps the next byte, so the
+//     message is stored without it (and after ".<CR><CR><LF>" go-smtp no
+//     longer knows a line starts, so the next "." line is kept as content
+//     rather than ending DATA; see TestDotCRCRHidesTheEndOfData). Such a
+//     message is stored altered, not refused, but what is stored still
+//     holds no bare line ending, and a relay dot-stuffs it like any other.
+//     Neither can be caught here: under STARTTLS only go-smtp sees the
+//     decrypted bytes. CHUNKING (BDAT) stays on: its chunks reach
+//     ReadMessage unchanged and get the same check.
 //   - STARTTLS (and implicit TLS through Server.ServeTLS) use TLS 1.2 or
 //     newer with a certificate that is re-read from disk when its files
 //     change.
@@ -51,6 +67,7 @@ const (
 	DefaultMaxConnections  = 500
 	DefaultMaxMessageBytes = 10 << 20
 	DefaultIdleTimeout     = 5 * time.Minute
+	DefaultMaxSessionTime  = 30 * time.Minute
 )
 
 // rejectWriteTimeout bounds the write of the 421 to a connection over the
@@ -74,6 +91,12 @@ type Config struct {
 	// MaxConnections caps open connections across all listeners of this
 	// Server. 0 means DefaultMaxConnections.
 	MaxConnections int
+	// MaxConnectionsPerIP caps the open connections of one client address
+	// (an IPv4 address or an IPv6 /64), so that one host cannot take all
+	// of MaxConnections. 0 means a tenth of MaxConnections (at least 1).
+	// Connections from loopback are not capped per address: they come
+	// from a proxy or an application on the same machine.
+	MaxConnectionsPerIP int
 	// MaxMessageBytes caps one message, advertised as SIZE and checked
 	// for MAIL FROM's SIZE=, for DATA and for BDAT. 0 means
 	// DefaultMaxMessageBytes. go-smtp v0.25.1's DATA reader needs one byte
@@ -86,6 +109,13 @@ type Config struct {
 	// IdleTimeout closes a connection on which nothing is read or written
 	// for that long. 0 means DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// MaxSessionTime ends a connection that long after it was accepted: a
+	// wait for a command then ends with go-smtp's "421 4.4.2". A message
+	// (or command) still arriving has a third of MaxSessionTime more, its
+	// grace, so that a busy client is not cut in the middle; past that the
+	// connection is cut whatever it is doing. 0 means
+	// DefaultMaxSessionTime.
+	MaxSessionTime time.Duration
 	// TLSCertFile and TLSKeyFile are a PEM certificate chain and its key:
 	// both or neither. With them STARTTLS is offered and ServeTLS works.
 	// They are re-read when they change on disk (certificate renewal).
@@ -102,16 +132,23 @@ type Config struct {
 // listeners (for example :587 with Serve and :465 with ServeTLS); they share
 // the connection limit.
 type Server struct {
-	smtp   *smtp.Server
-	log    *slog.Logger
-	host   string
-	idle   time.Duration
-	certs  *certReloader // nil without a certificate
-	slots  chan struct{} // one token per open connection
-	reject chan struct{} // one token per 421 being written
+	smtp    *smtp.Server
+	log     *slog.Logger
+	host    string
+	idle    time.Duration
+	session time.Duration // MaxSessionTime
+	grace   time.Duration // after MaxSessionTime, for a message under way
+	perIP   int
+	certs   *certReloader // nil without a certificate
+	slots   chan struct{} // one token per open connection
+	reject  chan struct{} // one token per 421 being written
+	// capLoopback caps loopback connections per address too (tests).
+	capLoopback bool
 
-	mu    sync.Mutex
-	conns map[*limitedConn]struct{}
+	mu       sync.Mutex
+	conns    map[*limitedConn]struct{}
+	clients  map[string]int // open connections by clientKey
+	draining bool           // Shutdown has begun
 }
 
 // New checks cfg and builds a Server around backend. It loads the certificate
@@ -124,7 +161,8 @@ func New(cfg Config, backend smtp.Backend) (*Server, error) {
 	if backend == nil {
 		return nil, errors.New("smtpserver: backend is required")
 	}
-	if cfg.MaxConnections < 0 || cfg.MaxMessageBytes < 0 || cfg.MaxRecipients < 0 || cfg.IdleTimeout < 0 {
+	if cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0 || cfg.MaxMessageBytes < 0 || cfg.MaxRecipients < 0 ||
+		cfg.IdleTimeout < 0 || cfg.MaxSessionTime < 0 {
 		return nil, errors.New("smtpserver: limits must not be negative")
 	}
 	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") {
@@ -133,26 +171,36 @@ func New(cfg Config, backend smtp.Backend) (*Server, error) {
 	if cfg.MaxConnections == 0 {
 		cfg.MaxConnections = DefaultMaxConnections
 	}
+	if cfg.MaxConnectionsPerIP == 0 {
+		cfg.MaxConnectionsPerIP = max(cfg.MaxConnections/10, 1)
+	}
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
+	if cfg.MaxSessionTime == 0 {
+		cfg.MaxSessionTime = DefaultMaxSessionTime
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 
 	s := &Server{
-		log:   cfg.Logger,
-		host:  cfg.Hostname,
-		idle:  cfg.IdleTimeout,
-		slots: make(chan struct{}, cfg.MaxConnections),
+		log:     cfg.Logger,
+		host:    cfg.Hostname,
+		idle:    cfg.IdleTimeout,
+		session: cfg.MaxSessionTime,
+		grace:   cfg.MaxSessionTime / 3,
+		perIP:   cfg.MaxConnectionsPerIP,
+		slots:   make(chan struct{}, cfg.MaxConnections),
 		// As many 421s in flight as connections served (at least 64):
 		// refusing costs no more sockets than serving. Past that, in a
 		// flood, extra connections are closed without a reply.
-		reject: make(chan struct{}, max(cfg.MaxConnections, 64)),
-		conns:  make(map[*limitedConn]struct{}),
+		reject:  make(chan struct{}, max(cfg.MaxConnections, 64)),
+		conns:   make(map[*limitedConn]struct{}),
+		clients: make(map[string]int),
 	}
 
 	srv := smtp.NewServer(backend)
@@ -162,7 +210,8 @@ func New(cfg Config, backend smtp.Backend) (*Server, error) {
 	srv.MaxLineLength = maxLineLength
 	// go-smtp sets these before every command line and reply; limitedConn
 	// also pushes the read deadline on while data arrives, which makes it an
-	// idle timeout that covers a long DATA as well.
+	// idle timeout that covers a long DATA as well, and keeps both within
+	// MaxSessionTime.
 	srv.ReadTimeout = cfg.IdleTimeout
 	srv.WriteTimeout = cfg.IdleTimeout
 	srv.AllowInsecureAuth = cfg.AllowInsecureAuth
@@ -214,14 +263,31 @@ func (s *Server) ServeTLS(ln net.Listener) error {
 	return s.smtp.Serve(tls.NewListener(s.limit(ln, false), s.tlsConfig()))
 }
 
-// Shutdown stops accepting, then waits for open connections to end by
-// themselves. If ctx ends first, it closes them and returns ctx's error.
+// Shutdown stops accepting and ends the open connections: one waiting for
+// a command gets go-smtp's "421 4.4.2" and is closed at once, one in the
+// middle of a command or a message is answered first and then gets the
+// same. go-smtp alone would wait for clients to QUIT, which an idle client
+// never does. If ctx ends first, the connections still open are closed
+// (and logged): that is still an ordinary stop, and Shutdown returns nil.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	conns := make([]*limitedConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.drain()
+	}
 	err := s.smtp.Shutdown(ctx)
 	if ctx.Err() != nil {
 		// go-smtp leaves the connections open here, and its Close refuses
 		// to run after a Shutdown, so they are closed through our tracking.
-		s.closeConns()
+		if n := s.closeConns(); n > 0 {
+			s.log.Warn("smtp server: shutdown closed connections still busy at its deadline", "connections", n)
+		}
+		return nil
 	}
 	if errors.Is(err, smtp.ErrServerClosed) {
 		return nil
@@ -239,7 +305,8 @@ func (s *Server) Close() error {
 	return err
 }
 
-func (s *Server) closeConns() {
+// closeConns closes every open connection and returns how many there were.
+func (s *Server) closeConns() int {
 	s.mu.Lock()
 	conns := make([]*limitedConn, 0, len(s.conns))
 	for c := range s.conns {
@@ -249,6 +316,7 @@ func (s *Server) closeConns() {
 	for _, c := range conns {
 		c.Close()
 	}
+	return len(conns)
 }
 
 // ErrUnavailable is for a Session to return when it cannot do its work for

@@ -3,7 +3,6 @@ package smtpserver
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -147,9 +146,10 @@ func TestBareLineEndingsAreRefused(t *testing.T) {
 }
 
 // TestDotCRIsDroppedByGoSMTP documents the one bare <CR> that ReadMessage
-// cannot see: go-smtp's dot-unstuffing drops a line-initial ".<CR>" that no
-// <LF> follows. The stored message is clean all the same, so nothing
-// smuggled is stored or relayed, and the message does not end there.
+// cannot see: go-smtp v0.25.1's dot-unstuffing drops a line-initial ".<CR>"
+// that no <LF> follows and keeps the byte after it. The message does not
+// end there and is stored without the bare <CR> (so with no 550): altered,
+// but holding nothing a relay could split.
 func TestDotCRIsDroppedByGoSMTP(t *testing.T) {
 	b := newBackend()
 	_, addr := start(t, Config{}, b)
@@ -161,6 +161,29 @@ func TestDotCRIsDroppedByGoSMTP(t *testing.T) {
 	got := b.delivered()
 	if want := "Subject: x\r\n\r\nhello\r\nMAIL FROM:<evil@client.test>\r\n"; len(got) != 1 || string(got[0]) != want {
 		t.Fatalf("delivered %q, want only %q", got, want)
+	}
+}
+
+// TestDotCRCRHidesTheEndOfData documents the worse case of the same go-smtp
+// v0.25.1 state: after a line-initial ".<CR><CR><LF>" it keeps "<CR><LF>"
+// but no longer knows that a line starts, so the "." line that follows does
+// not end DATA: the client's next command (here QUIT) becomes content, and
+// the message ends only at a later <CRLF>.<CRLF>. Nothing bare is stored:
+// the lone "." line is what "..<CRLF>" stores too, and any relay stuffs it
+// again. If go-smtp changes this, this test fails: update docs/smtp.md.
+func TestDotCRCRHidesTheEndOfData(t *testing.T) {
+	b := newBackend()
+	_, addr := start(t, Config{}, b)
+	c := dial(t, addr)
+	c.transaction()
+	c.send("Subject: x\r\n\r\nhello\r\n.\r\r\n.\r\nQUIT\r\n")
+	c.send("\r\n.\r\n")
+	c.expect("250 ") // the first reply: the QUIT got none
+	c.send("QUIT\r\n")
+	c.expect("221 ")
+	got := b.delivered()
+	if want := "Subject: x\r\n\r\nhello\r\n\r\n.\r\nQUIT\r\n\r\n"; len(got) != 1 || string(got[0]) != want {
+		t.Fatalf("delivered %q, want %q", got, want)
 	}
 }
 
@@ -439,44 +462,6 @@ func TestConnectionLimit600(t *testing.T) {
 	})
 }
 
-func TestShutdown(t *testing.T) {
-	s, addr := start(t, Config{}, newBackend())
-	c := dial(t, addr)
-	c.expect("220 ")
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Shutdown with an open connection: %v", err)
-	}
-	// Shutdown closed the connection that outlived ctx.
-	c.closed(2 * time.Second)
-	if _, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-		t.Fatal("still accepting after Shutdown")
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close after Shutdown: %v", err)
-	}
-}
-
-func TestShutdownWaitsForQuit(t *testing.T) {
-	s, addr := start(t, Config{}, newBackend())
-	c := dial(t, addr)
-	c.expect("220 ")
-	done := make(chan error, 1)
-	go func() { done <- s.Shutdown(context.Background()) }()
-	time.Sleep(100 * time.Millisecond)
-	select {
-	case err := <-done:
-		t.Fatalf("Shutdown returned %v with a connection open", err)
-	default:
-	}
-	c.send("QUIT\r\n")
-	c.expect("221 ")
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestNewRefusesBadConfig(t *testing.T) {
 	for name, cfg := range map[string]Config{
 		"no hostname":     {},
@@ -485,6 +470,8 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		"missing cert":    {Hostname: "h", TLSCertFile: "/nonexistent/c.pem", TLSKeyFile: "/nonexistent/k.pem"},
 		"negative idle":   {Hostname: "h", IdleTimeout: -time.Second},
 		"negative length": {Hostname: "h", MaxMessageBytes: -1},
+		"negative per IP": {Hostname: "h", MaxConnectionsPerIP: -1},
+		"negative time":   {Hostname: "h", MaxSessionTime: -time.Second},
 	} {
 		if _, err := New(cfg, newBackend()); err == nil {
 			t.Errorf("%s: New accepted %+v", name, cfg)

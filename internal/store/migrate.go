@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"time"
 
 	"github.com/uptrace/bun/migrate"
 )
@@ -51,6 +52,25 @@ func (s *Store) Migrate(ctx context.Context) ([]string, error) {
 		names = append(names, mg.Name)
 	}
 	return names, nil
+}
+
+// MigrationAppliedAt returns when the migration name (its version, as
+// "20261125000010") was applied to this database.
+func (s *Store) MigrationAppliedAt(ctx context.Context, name string) (time.Time, error) {
+	m, err := s.migrator()
+	if err != nil {
+		return time.Time{}, err
+	}
+	applied, err := m.AppliedMigrations(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read applied migrations: %w", err)
+	}
+	for _, mg := range applied {
+		if mg.Name == name {
+			return mg.MigratedAt, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("migration %s: %w", name, ErrNotFound)
 }
 
 // Pending lists the migrations not yet applied.
