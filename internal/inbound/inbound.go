@@ -83,11 +83,8 @@ type Backend struct {
 	Retention time.Duration
 	Logger    *slog.Logger
 
-	// starts are the workflow starts under way after a 250; once stopping
-	// is set (startsMu), Serve waits for them and no new one is added.
-	starts   sync.WaitGroup
-	startsMu sync.Mutex
-	stopping bool
+	// starts are the workflow starts under way after a 250.
+	starts smtpserver.Starts
 
 	// untaggedUntil is the newest creation time an email with an untagged
 	// envelope sender can have: tagsMigration's time plus clockSkew. It is
@@ -217,7 +214,7 @@ func (s *session) Data(r io.Reader) error {
 	// The 250 goes out now: the message is committed, and Temporal being
 	// slow or down must not hold the sender. A start that fails, or that a
 	// stopping server does not make, is made by the sweep.
-	s.b.goStart(func() {
+	s.b.starts.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 		defer cancel()
 		if err := inboundwf.Start(ctx, s.b.Temporal, m.ID, owner, s.b.Retention); err != nil {
@@ -225,30 +222,6 @@ func (s *session) Data(r io.Reader) error {
 		}
 	})
 	return nil
-}
-
-// goStart runs start in the background unless Serve is stopping: then it
-// is already waiting for the starts under way, and a WaitGroup must not
-// grow while it is waited for.
-func (b *Backend) goStart(start func()) {
-	b.startsMu.Lock()
-	defer b.startsMu.Unlock()
-	if b.stopping {
-		return
-	}
-	b.starts.Add(1)
-	go func() {
-		defer b.starts.Done()
-		start()
-	}()
-}
-
-// waitStarts stops new starts and waits for those under way.
-func (b *Backend) waitStarts() {
-	b.startsMu.Lock()
-	b.stopping = true
-	b.startsMu.Unlock()
-	b.starts.Wait()
 }
 
 // couldBeUntagged reports whether an email with this id could have the

@@ -54,9 +54,7 @@ func (b *Backend) Serve(ctx context.Context, l Listener, ready func(addr string)
 	if ready != nil {
 		ready(ln.Addr().String())
 	}
-	b.startsMu.Lock()
-	b.stopping = false // a Backend may serve again after a stop
-	b.startsMu.Unlock()
+	b.starts = smtpserver.Starts{} // a Backend may serve again after a stop
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	sweepCtx, stopSweep := context.WithCancel(ctx)
@@ -75,7 +73,7 @@ func (b *Backend) Serve(ctx context.Context, l Listener, ready func(addr string)
 	}
 	stopSweep()
 	<-swept
-	b.waitStarts()
+	b.starts.Wait()
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}

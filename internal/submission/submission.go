@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/emersion/go-sasl"
@@ -78,7 +77,7 @@ type Backend struct {
 	Logger     *slog.Logger
 
 	// starts are the workflow starts under way after a 250.
-	starts sync.WaitGroup
+	starts smtpserver.Starts
 }
 
 // NewSession implements smtp.Backend.
@@ -249,9 +248,7 @@ func (s *session) Data(r io.Reader) error {
 		s.b.Logger.Warn("submission: cannot store an email; answering 451", "error", err)
 		return smtpserver.ErrUnavailable
 	}
-	s.b.starts.Add(1)
-	go func() {
-		defer s.b.starts.Done()
+	s.b.starts.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 		defer cancel()
 		owner := searchattr.Owner{OrganizationID: e.OrganizationID, DomainID: e.DomainID}
@@ -259,7 +256,7 @@ func (s *session) Data(r io.Reader) error {
 		if err := email.Start(ctx, s.b.Temporal, start); err != nil {
 			s.b.Logger.Warn("submission: email stored, its workflow not started yet (the API's sweep will)", "email_id", e.ID, "error", err)
 		}
-	}()
+	})
 	s.b.Logger.Info("submission: email queued", "email_id", id, "key_id", s.key.ID, "recipients", len(s.rcpts), "bytes", len(raw))
 	return &smtp.SMTPError{Code: 250, EnhancedCode: smtp.EnhancedCode{2, 0, 0}, Message: "queued as " + id}
 }
