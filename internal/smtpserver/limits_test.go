@@ -56,7 +56,7 @@ func TestMaxSessionTimeCutsATricklingMessage(t *testing.T) {
 			}
 		}
 	}()
-	c.expect("554 5.0.0 ") // go-smtp's answer to the read error
+	c.expect("451 4.4.2 ") // ErrMessageTimeout: the client sends it again later
 	c.expect("421 4.4.2 ")
 	c.closed(5 * time.Second)
 	if err := <-b.dataErrs; err == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 
 	"github.com/emersion/go-smtp"
 )
@@ -19,13 +20,25 @@ var ErrBareLineEnding = &smtp.SMTPError{
 	Message:      "Bare <CR> or <LF> in message, use <CR><LF> line endings",
 }
 
+// ErrMessageTimeout is ReadMessage's answer to a message that stopped
+// arriving (the idle time-out) or ran past the session's end: a temporary
+// failure, so the client sends it again later. go-smtp would answer the
+// read error with a permanent 554, and the sender would bounce a message
+// that only came too slowly.
+var ErrMessageTimeout = &smtp.SMTPError{
+	Code:         451,
+	EnhancedCode: smtp.EnhancedCode{4, 4, 2},
+	Message:      "Timed out receiving the message, try again later",
+}
+
 // ReadMessage reads a whole message from the reader a Session's Data gets
 // (DATA or BDAT) and returns it, and every Session's Data must use it rather
 // than read r itself. It returns ErrBareLineEnding if the message holds a
 // bare <CR> or <LF>; it then reads on to the end without keeping anything,
 // so the client's reply waits for the whole message. Any other error of r
 // (go-smtp's smtp.ErrDataTooLarge, a connection that broke off) is returned
-// as it is, with no message: nothing may be stored then.
+// as it is, with no message: nothing may be stored then; a read that timed
+// out is ErrMessageTimeout.
 //
 // The size limit is go-smtp's (Config.MaxMessageBytes); go-smtp has already
 // removed the dot-stuffing of DATA and recognises only <CRLF>.<CRLF> as its
@@ -55,6 +68,9 @@ func ReadMessage(r io.Reader) ([]byte, error) {
 			return msg.Bytes(), nil
 		}
 		if err != nil {
+			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+				return nil, ErrMessageTimeout
+			}
 			return nil, err
 		}
 	}
