@@ -123,6 +123,12 @@ const healthyResolution = time.Minute
 // An attempt that can disable nothing takes one round trip on PostgreSQL: one
 // statement, whose data-modifying WITH clauses are as atomic as the
 // transaction (README, "Delivery attempts").
+//
+// Lock order on PostgreSQL: a webhook's row before any of its deliveries',
+// in every transaction that may disable or delete it (DeleteWebhook,
+// UpdateWebhook, this one) and in recordSimple. Disabling fails every
+// pending delivery of the webhook; an attempt that locked its own delivery
+// first and then waited for the webhook would deadlock with it.
 func (s *Store) RecordAttempt(ctx context.Context, a *DeliveryAttempt, webhookID int64, effect AttemptEffect, onDisable OnDisable) (disabled *Webhook, err error) {
 	at := now()
 	healthy := effect.Healthy && effect.HealthyAt.Before(at.Add(-healthyResolution))
@@ -131,6 +137,16 @@ func (s *Store) RecordAttempt(ctx context.Context, a *DeliveryAttempt, webhookID
 	}
 	err = s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		disabled = nil
+		if s.IsPostgres() {
+			// Only an attempt that may disable the webhook gets here on
+			// PostgreSQL: it locks the webhook first (lock order above).
+			// NO KEY UPDATE, as any UPDATE takes, leaves the foreign key
+			// checks of deliveries inserted for the webhook (KEY SHARE)
+			// alone. SQLite's immediate transactions serialise writers.
+			if _, err := tx.ExecContext(ctx, "SELECT 1 FROM webhooks WHERE id = ? FOR NO KEY UPDATE", webhookID); err != nil {
+				return err
+			}
+		}
 		if _, err := tx.NewInsert().Model(a).Returning("id").Exec(ctx); err != nil {
 			return err
 		}
@@ -188,14 +204,22 @@ func (s *Store) recordSimple(ctx context.Context, a *DeliveryAttempt, webhookID 
 		return err
 	}
 	q := s.DB.NewSelect().With("attempt", insert)
-	if status != "" {
-		q = q.With("finished", s.DB.NewUpdate().Model((*Delivery)(nil)).
-			Set("status = ?", status).Set("finished_at = ?", at).
-			Where("id = ?", a.DeliveryID).Where("status = ?", DeliveryPending))
-	}
 	if healthy {
 		q = q.With("healthy", s.DB.NewUpdate().Model((*Webhook)(nil)).Set("healthy_at = ?", at).
-			Where("id = ?", webhookID).Where("healthy_at < ?", at.Add(-healthyResolution)))
+			Where("id = ?", webhookID).Where("healthy_at < ?", at.Add(-healthyResolution)).
+			Returning("1"))
+	}
+	if status != "" {
+		finish := s.DB.NewUpdate().Model((*Delivery)(nil)).
+			Set("status = ?", status).Set("finished_at = ?", at).
+			Where("id = ?", a.DeliveryID).Where("status = ?", DeliveryPending)
+		if healthy {
+			// The order of sibling WITH clauses is unspecified: reading
+			// healthy makes its update, and the webhook's row lock, come
+			// before the delivery's (lock order: RecordAttempt).
+			finish = finish.Where("(SELECT count(*) FROM healthy) >= 0")
+		}
+		q = q.With("finished", finish)
 	}
 	return q.TableExpr("attempt").Column("id").Scan(ctx, &a.ID)
 }

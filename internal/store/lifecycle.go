@@ -32,12 +32,15 @@ var (
 
 // lockDomain reads a domain inside tx, locking its row on PostgreSQL so that
 // lifecycle steps of one domain take turns (SQLite's immediate transactions
-// already serialise writers).
+// already serialise writers). NO KEY UPDATE still excludes every other
+// update or delete of the row, but not the foreign key checks (KEY SHARE)
+// of rows inserted for the domain meanwhile (emails, DKIM keys, records);
+// the steps change no key column (id, dkim_token).
 func (s *Store) lockDomain(ctx context.Context, tx bun.Tx, id int64) (*Domain, error) {
 	d := new(Domain)
 	q := tx.NewSelect().Model(d).Where("id = ?", id)
 	if s.IsPostgres() {
-		q = q.For("UPDATE")
+		q = q.For("NO KEY UPDATE")
 	}
 	return d, notFound(q.Scan(ctx), "domain")
 }

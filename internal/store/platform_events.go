@@ -26,7 +26,11 @@ type PlatformEvent struct {
 // its type, except the webhook exceptWebhookID (0: none). It is idempotent on
 // EventKey: for a key seen before it creates nothing and returns the
 // deliveries made the first time, with created false. db is the store's
-// database or a transaction the event must commit with.
+// database or a transaction the event must commit with. The deliveries'
+// foreign keys take KEY SHARE on their webhooks' rows, which a concurrent
+// disable of another webhook of the organization may hold locked (and wait,
+// in turn, for this transaction's webhook): webhooks are therefore locked
+// FOR NO KEY UPDATE, which KEY SHARE does not wait for, never FOR UPDATE.
 func StorePlatformEvent(ctx context.Context, db bun.IDB, ev *PlatformEvent, body []byte, exceptWebhookID int64, newID func() (string, error)) (deliveries []Delivery, created bool, err error) {
 	if ev.CreatedAt.IsZero() {
 		ev.CreatedAt = now()

@@ -53,7 +53,10 @@ func (s *Store) RotateWebhookSecret(ctx context.Context, orgID, id int64, r Rota
 		q := tx.NewSelect().Model(w).
 			Where("id = ?", id).Where("organization_id = ?", orgID).Where("status <> ?", WebhookDeleted)
 		if s.IsPostgres() {
-			q = q.For("UPDATE")
+			// Rotations, updates and deletes of the webhook take turns;
+			// NO KEY UPDATE (the secret is no key) leaves the foreign key
+			// checks of deliveries inserted for the webhook alone.
+			q = q.For("NO KEY UPDATE")
 		}
 		if err := q.Scan(ctx); err != nil {
 			return notFound(err, "webhook")

@@ -81,10 +81,13 @@ func (s *Store) CreateWebhook(ctx context.Context, w *Webhook, limit int, seal f
 	}
 	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		// Two creates racing past the count would both fit under the limit;
-		// the organization's row lock makes them take turns. SQLite's
-		// immediate transactions already serialise writers.
+		// the organization's row lock makes them take turns. NO KEY UPDATE
+		// conflicts with itself but not with the foreign key checks (KEY
+		// SHARE) of the rows inserted for the organization meanwhile
+		// (emails, deliveries, suppressions…), which FOR UPDATE would hold
+		// up. SQLite's immediate transactions already serialise writers.
 		if s.IsPostgres() {
-			if _, err := tx.ExecContext(ctx, "SELECT id FROM organizations WHERE id = ? FOR UPDATE", w.OrganizationID); err != nil {
+			if _, err := tx.ExecContext(ctx, "SELECT id FROM organizations WHERE id = ? FOR NO KEY UPDATE", w.OrganizationID); err != nil {
 				return err
 			}
 		}
@@ -140,7 +143,9 @@ func (s *Store) WebhookInOrganization(ctx context.Context, orgID, id int64) (*We
 
 // DeleteWebhook marks a webhook deleted and fails its pending deliveries in
 // one transaction, returning the webhook as it was and the ids of the
-// deliveries it stopped (their workflows can then be cancelled).
+// deliveries it stopped (their workflows can then be cancelled). Its update
+// of the webhook locks the webhook before its deliveries (lock order:
+// RecordAttempt).
 func (s *Store) DeleteWebhook(ctx context.Context, orgID, id int64) (*Webhook, []string, error) {
 	var stopped []string
 	w := new(Webhook)
@@ -199,7 +204,13 @@ func (s *Store) UpdateWebhook(ctx context.Context, orgID, id int64, p WebhookPat
 		q := tx.NewSelect().Model(w).
 			Where("id = ?", id).Where("organization_id = ?", orgID).Where("status <> ?", WebhookDeleted)
 		if s.IsPostgres() {
-			q = q.For("UPDATE")
+			// The webhook before its deliveries (lock order: RecordAttempt).
+			// NO KEY UPDATE: onDisable inserts deliveries for the
+			// organization's other webhooks, whose foreign key checks take
+			// KEY SHARE on their rows, which FOR UPDATE would refuse to
+			// another webhook's update doing the same: two disables of one
+			// organization would deadlock. The update changes no key.
+			q = q.For("NO KEY UPDATE")
 		}
 		if err := q.Scan(ctx); err != nil {
 			return notFound(err, "webhook")
@@ -243,7 +254,9 @@ func (s *Store) UpdateWebhook(ctx context.Context, orgID, id int64, p WebhookPat
 }
 
 // disableWebhook turns an enabled webhook off and fails its pending
-// deliveries, like a delete. w is updated to its new state.
+// deliveries, like a delete. w is updated to its new state. On PostgreSQL
+// the caller locks the webhook's row before any of its deliveries' (lock
+// order: RecordAttempt).
 func disableWebhook(ctx context.Context, tx bun.Tx, w *Webhook, reason string, at time.Time) ([]string, error) {
 	res, err := tx.NewUpdate().Model((*Webhook)(nil)).
 		Set("status = ?", WebhookDisabled).Set("disabled_reason = ?", reason).Set("disabled_at = ?", at).
