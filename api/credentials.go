@@ -175,15 +175,8 @@ func credentialFromStore(k store.APIKey) Credential {
 func (s *Server) createCredential(ctx context.Context, in *CreateCredentialInput) (*Response[CreatedCredential], error) {
 	orgID := principalFrom(ctx).OrganizationID
 	domain, err := s.store.DomainInOrganization(ctx, orgID, in.Body.SendingDomainID)
-	if errors.Is(err, store.ErrNotFound) {
-		// The id comes from the body, not the path: say which field named it.
-		return nil, apperr.Errorf(apperr.NotFound, "domain", "sending domain not found")
-	}
-	if err != nil {
+	if err := sendingDomainProblem(domain, err); err != nil {
 		return nil, err
-	}
-	if domain.Status != store.DomainVerified {
-		return nil, apperr.Errorf(apperr.DomainNotVerified, "domain", "domain %s is %s; credentials need a verified domain", domain.Domain, domain.Status)
 	}
 
 	local, err := keys.RandomString(usernameLength, keys.LowerAlnum)
@@ -195,13 +188,32 @@ func (s *Server) createCredential(ctx context.Context, in *CreateCredentialInput
 		return nil, err
 	}
 	key.OrganizationID, key.SendingDomainID = orgID, &domain.ID
-	if err := s.store.CreateCredential(ctx, key); err != nil {
+	// Checked again with the domain's row locked: a deletion that came
+	// after the read above revoked the domain's keys without this one.
+	if err := s.store.CreateDomainCredential(ctx, key, sendingDomainProblem); err != nil {
 		return nil, err
 	}
 	return respond(CreatedCredential{
 		Credential: NewCredential{ID: key.ID, Label: key.Label, Username: key.Username, Permissions: key.Permissions, Status: key.Status},
 		SecretKey:  secret,
 	}), nil
+}
+
+// sendingDomainProblem is the error that refuses a credential for the
+// sending domain d as read (err is the read's error): not found (for a
+// domain of another organization or deleted too), or not verified.
+func sendingDomainProblem(d *store.Domain, err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		// The id comes from the body, not the path: say which field named it.
+		return apperr.Errorf(apperr.NotFound, "domain", "sending domain not found")
+	}
+	if err != nil {
+		return err
+	}
+	if d.Status != store.DomainVerified {
+		return apperr.Errorf(apperr.DomainNotVerified, "domain", "domain %s is %s; credentials need a verified domain", d.Domain, d.Status)
+	}
+	return nil
 }
 
 func (s *Server) deleteCredential(ctx context.Context, in *CredentialIDInput) (*Response[RevokedCredentialData], error) {

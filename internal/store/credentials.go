@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 
 	"github.com/uptrace/bun"
 
@@ -12,6 +13,44 @@ import (
 // digest and permissions). A digest collision is a conflict (ErrConflict).
 func (s *Store) CreateCredential(ctx context.Context, key *APIKey) error {
 	return insertAPIKey(ctx, s.DB, key)
+}
+
+// CreateDomainCredential stores a new API key scoped to key.SendingDomainID
+// (of key.OrganizationID) in one transaction that first reads that domain
+// with its row locked, and calls check with it: a domain that is not the
+// organization's, or is deleted, is (nil, ErrNotFound). When check answers
+// an error, nothing is stored and that error is returned. The lock keeps
+// the domain as check saw it until the key is stored, so a deletion, which
+// revokes the domain's keys, comes either before (check sees it deleted) or
+// after (it revokes this key too). On PostgreSQL it is FOR SHARE: it
+// conflicts with every lock an update of the row takes, FOR UPDATE (which
+// DeleteDomainForCustomer takes) and FOR NO KEY UPDATE alike, where FOR KEY
+// SHARE (all the foreign key of the insert takes) conflicts with the first
+// only. SQLite's transactions take turns.
+func (s *Store) CreateDomainCredential(ctx context.Context, key *APIKey, check func(*Domain, error) error) error {
+	if key.SendingDomainID == nil {
+		return errors.New("a domain credential needs a sending domain")
+	}
+	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		d := new(Domain)
+		q := tx.NewSelect().Model(d).Where("id = ?", *key.SendingDomainID)
+		if s.IsPostgres() {
+			q = q.For("SHARE")
+		}
+		err := notFound(q.Scan(ctx), "domain")
+		switch {
+		case errors.Is(err, ErrNotFound):
+			d = nil
+		case err != nil:
+			return err
+		case d.OrganizationID != key.OrganizationID || d.DeletedAt != nil:
+			d, err = nil, apperr.NotFoundf("domain")
+		}
+		if err := check(d, err); err != nil {
+			return err
+		}
+		return insertAPIKey(ctx, tx, key)
+	})
 }
 
 // ActiveCredentials returns a page of an organization's active keys, oldest

@@ -225,6 +225,14 @@ type RecordCheck struct {
 func (s *Store) SaveChecks(ctx context.Context, domainID int64, checks []RecordCheck, at time.Time) (string, error) {
 	var status string
 	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		// The domain's row first (this update locks it), then its
+		// records: the order of every transaction that writes both
+		// (SetDomainTracking replaces record 5 after locking the row).
+		// Updating the records first deadlocked with a custom tracking
+		// domain changed during a round.
+		if _, err := tx.NewUpdate().Model((*Domain)(nil)).Set("last_checked_at = ?", at).Where("id = ?", domainID).Exec(ctx); err != nil {
+			return err
+		}
 		for _, c := range checks {
 			q := tx.NewUpdate().Model((*DomainRecord)(nil)).
 				Set("checked_at = ?", at).
@@ -240,9 +248,6 @@ func (s *Store) SaveChecks(ctx context.Context, domainID int64, checks []RecordC
 			if _, err := q.Exec(ctx); err != nil {
 				return err
 			}
-		}
-		if _, err := tx.NewUpdate().Model((*Domain)(nil)).Set("last_checked_at = ?", at).Where("id = ?", domainID).Exec(ctx); err != nil {
-			return err
 		}
 		// The custom tracking domain's record is optional: the domain
 		// sends without it.
@@ -300,6 +305,12 @@ func (s *Store) PendingDomainsCreatedBetween(ctx context.Context, from, to time.
 // onboarding could not start).
 func (s *Store) DeleteDomain(ctx context.Context, domainID int64) error {
 	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		// The row first, then the records, like every writer of both.
+		if s.IsPostgres() {
+			if _, err := tx.NewRaw("SELECT id FROM domains WHERE id = ? FOR UPDATE", domainID).Exec(ctx); err != nil {
+				return err
+			}
+		}
 		if _, err := tx.NewDelete().Model((*DomainRecord)(nil)).Where("domain_id = ?", domainID).Exec(ctx); err != nil {
 			return err
 		}

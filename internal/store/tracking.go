@@ -27,9 +27,22 @@ type TrackingSettings struct {
 
 // SetDomainTracking changes a domain's tracking settings and, when the
 // custom domain changes, replaces its record, in one transaction; the same
-// custom domain given again keeps its record and its verification.
+// custom domain given again keeps its record and its verification. It
+// decides on the domain's row as read, locked, inside the transaction (d
+// may be stale: two changes at once each see the other's name) and leaves
+// d as it stored it.
 func (s *Store) SetDomainTracking(ctx context.Context, d *Domain, t TrackingSettings) error {
-	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+	cur := new(Domain)
+	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		// The row first, then record 5: SaveChecks' order too.
+		*cur = Domain{}
+		sel := tx.NewSelect().Model(cur).Where("id = ?", d.ID)
+		if s.IsPostgres() {
+			sel = sel.For("NO KEY UPDATE")
+		}
+		if err := sel.Scan(ctx); err != nil {
+			return notFound(err, "domain")
+		}
 		q := tx.NewUpdate().Model((*Domain)(nil)).Where("id = ?", d.ID)
 		set := func(col string, v *bool, field *bool) {
 			if v != nil {
@@ -37,12 +50,14 @@ func (s *Store) SetDomainTracking(ctx context.Context, d *Domain, t TrackingSett
 				*field = *v
 			}
 		}
-		set("track_opens", t.Opens, &d.TrackOpens)
-		set("track_clicks", t.Clicks, &d.TrackClicks)
-		set("track_unsubscribe", t.Unsubscribe, &d.TrackUnsubscribe)
-		changed := t.CustomDomainSet && deref(t.CustomDomain) != deref(d.TrackingDomain)
+		set("track_opens", t.Opens, &cur.TrackOpens)
+		set("track_clicks", t.Clicks, &cur.TrackClicks)
+		set("track_unsubscribe", t.Unsubscribe, &cur.TrackUnsubscribe)
+		old := cur.TrackingDomain
+		changed := t.CustomDomainSet && deref(t.CustomDomain) != deref(old)
 		if changed {
 			q = q.Set("tracking_domain = ?", t.CustomDomain)
+			cur.TrackingDomain = t.CustomDomain
 		}
 		if t.Opens == nil && t.Clicks == nil && t.Unsubscribe == nil && !changed {
 			return nil
@@ -53,7 +68,7 @@ func (s *Store) SetDomainTracking(ctx context.Context, d *Domain, t TrackingSett
 		if !changed {
 			return nil
 		}
-		if old := d.TrackingDomain; old != nil {
+		if old != nil {
 			// The old name's certificates (autocert's keys: the name, and
 			// +rsa, +token after it) are not served or renewed any more.
 			if _, err := tx.NewDelete().Model((*ACMECacheEntry)(nil)).
@@ -61,7 +76,6 @@ func (s *Store) SetDomainTracking(ctx context.Context, d *Domain, t TrackingSett
 				return err
 			}
 		}
-		d.TrackingDomain = t.CustomDomain
 		if _, err := tx.NewDelete().Model((*DomainRecord)(nil)).
 			Where("domain_id = ?", d.ID).Where("position = ?", TrackingRecordPosition).Exec(ctx); err != nil {
 			return err
@@ -74,6 +88,10 @@ func (s *Store) SetDomainTracking(ctx context.Context, d *Domain, t TrackingSett
 		_, err := tx.NewInsert().Model(&r).Exec(ctx)
 		return err
 	})
+	if err == nil {
+		*d = *cur
+	}
+	return err
 }
 
 func deref(s *string) string {

@@ -20,8 +20,8 @@ import (
 // Recorder records what recipients do with tracked emails: the event (the
 // first open of each recipient, the first click of each link per
 // recipient, the unsubscribe), the statistics (per recipient) and, for an
-// unsubscribe, the suppression, in one transaction; then it starts the
-// webhook deliveries.
+// unsubscribe, the suppression, in one transaction and in that order; then
+// it starts the webhook deliveries.
 type Recorder struct {
 	Store *store.Store
 	Runs  *deliveryruns.Runs
@@ -73,17 +73,21 @@ func (r *Recorder) record(ctx context.Context, t tracktoken.Token, what store.En
 		if err != nil {
 			return err
 		}
-		if what == store.EngagedUnsubscribe {
-			if err := store.Suppress(ctx, tx, e.OrganizationID, rcpt.Address, store.SuppressionUnsubscribe); err != nil {
-				return err
-			}
-		}
 		if !first {
 			counter = ""
 		}
 		data := engagementData{MessageID: e.ID, ToEmail: rcpt.Address, Subject: e.Subject, URL: url, UserAgent: cleanUserAgent(userAgent)}
-		_, err = emailevent.Record(ctx, tx, e, domain, store.EmailEventIDPrefix(e.ID)+eventKey, typ, counter, rcpt.Address, at, data)
-		return err
+		if _, err := emailevent.Record(ctx, tx, e, domain, store.EmailEventIDPrefix(e.ID)+eventKey, typ, counter, rcpt.Address, at, data); err != nil {
+			return err
+		}
+		// The suppression last: every transaction that counts and
+		// suppresses (a hard bounce, a complaint, an ingested event) locks
+		// the statistics row before the suppression, and one that took
+		// them the other way round deadlocked with it.
+		if what == store.EngagedUnsubscribe {
+			return store.Suppress(ctx, tx, e.OrganizationID, rcpt.Address, store.SuppressionUnsubscribe)
+		}
+		return nil
 	})
 	if err != nil {
 		return ignoreNotFound(err)
