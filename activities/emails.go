@@ -292,6 +292,9 @@ func (a *Emails) signer(e *store.Email, d *store.Domain, key *store.DKIMKey) (cr
 
 // buildMessage is the message of an email before signing: built from the
 // API request, or as submitted over SMTP (prepared when it was accepted).
+// It is dated when the email was created or, for a scheduled email, at its
+// scheduled time, so one scheduled days ahead does not arrive dated days
+// ago. Both are stored, so a message built again is the same.
 func buildMessage(e *store.Email, d *store.Domain) ([]byte, error) {
 	if e.Source == store.SourceSMTP {
 		return e.Content, nil
@@ -300,7 +303,11 @@ func buildMessage(e *store.Email, d *store.Domain) ([]byte, error) {
 	if err := json.Unmarshal(e.Content, &msg); err != nil {
 		return nil, fmt.Errorf("email %s: stored content: %w", e.ID, err)
 	}
-	raw, err := mailmsg.Build(&msg, e.ID, d.Domain, e.CreatedAt)
+	date := e.CreatedAt
+	if e.ScheduledAt != nil && e.ScheduledAt.After(date) {
+		date = *e.ScheduledAt
+	}
+	raw, err := mailmsg.Build(&msg, e.ID, d.Domain, date)
 	if err != nil {
 		return nil, fmt.Errorf("email %s: build: %w", e.ID, err)
 	}

@@ -358,7 +358,15 @@ func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[Q
 		// answer stored with it) leaves no trace, and the client can send the
 		// same request again.
 		undo := context.WithoutCancel(ctx)
-		if derr := errors.Join(s.store.DeleteUnstartedEmail(undo, e.ID), s.undoAnswerInTx(undo)); derr != nil {
+		deleted, derr := s.store.DeleteUnstartedEmail(undo, e.ID)
+		if derr == nil && !deleted {
+			// The start failed on this side only (e.g. its answer timed out):
+			// the workflow runs and has accepted the email. It is on its way,
+			// so the answer (and the one stored with the email) stands.
+			s.logger.InfoContext(ctx, "the email's workflow started after all; answering it", "request_id", RequestID(ctx), "email_id", e.ID)
+			return answer(), nil
+		}
+		if derr = errors.Join(derr, s.undoAnswerInTx(undo)); derr != nil {
 			s.logger.ErrorContext(ctx, "remove unstarted email", "email_id", e.ID, "error", derr)
 		}
 		return nil, newError(CodeUnavailable, "the email could not be queued; nothing was sent, send it again")

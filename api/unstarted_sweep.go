@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/mailyard/mailyard/internal/periodic"
+	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/workflows/email"
 	"github.com/mailyard/mailyard/workflows/onboarding"
 )
@@ -44,13 +45,28 @@ const (
 //   - any other email is removed: the client got no answer, nothing was sent
 //     or counted, and its retry is the email that is sent.
 //
-// An email whose workflow exists, running or not, is left alone. It returns
-// how many emails it started and removed.
+// An email whose workflow exists, running or not, is left alone, and marked
+// so that later passes no longer ask about it: a scheduled email stays
+// unaccepted until its time, and would otherwise be asked about every pass,
+// and fill the batch. Canceled emails are never looked at (their workflow
+// ended; once Temporal's retention removes it, starting or removing the
+// email would be wrong). It returns how many emails it started and removed.
 func (s *Server) SweepUnstartedEmails(ctx context.Context) (started, removed int, err error) {
 	emails, err := s.store.UnacceptedEmailsBefore(ctx, time.Now().Add(-unstartedAge), unstartedBatch)
 	if err != nil {
 		return 0, 0, err
 	}
+	// The emails whose workflow exists, marked once at the end of the pass
+	// (or when it stops early): one write for the batch.
+	var seen []string
+	defer func() {
+		if len(seen) == 0 {
+			return
+		}
+		if merr := s.store.MarkEmailWorkflowsSeen(ctx, seen); merr != nil {
+			err = errors.Join(err, merr) // asked about again next pass
+		}
+	}()
 	for i := range emails {
 		e := &emails[i]
 		missing, err := s.workflowMissing(ctx, email.WorkflowID(e.ID))
@@ -58,18 +74,26 @@ func (s *Server) SweepUnstartedEmails(ctx context.Context) (started, removed int
 			return started, removed, err // Temporal unreachable: try again next pass
 		}
 		if !missing {
-			continue // started; waiting for a worker
+			seen = append(seen, e.ID)
+			continue // started; waiting for a worker or its time
 		}
 		if e.Answered {
 			if err := s.startEmail(ctx, e); err != nil {
 				return started, removed, err
 			}
 			s.logger.InfoContext(ctx, "started the workflow of an answered email whose API process died first", "email_id", e.ID)
+			seen = append(seen, e.ID)
 			started++
 			continue
 		}
-		if err := s.store.DeleteUnstartedEmail(ctx, e.ID); err != nil {
+		deleted, err := s.store.DeleteUnstartedEmail(ctx, e.ID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			continue // removed meanwhile (another API process's sweep)
+		case err != nil:
 			return started, removed, err
+		case !deleted:
+			continue // accepted meanwhile: its workflow did start
 		}
 		s.logger.InfoContext(ctx, "removed an unanswered email whose workflow never started", "email_id", e.ID)
 		removed++

@@ -2,12 +2,14 @@ package api_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
+	"go.temporal.io/api/serviceerror"
 
 	"github.com/mailyard/mailyard/internal/store"
 )
@@ -74,6 +76,119 @@ func (h *harness) storeEmail(ctx context.Context, domainID int64, id string) str
 	h.t.Helper()
 	e := &store.Email{ID: id, OrganizationID: h.orgID, DomainID: domainID, FromAddress: "news@sweep.example",
 		To: store.AddressList{"b@example.org"}, Subject: "hi", Content: []byte(`{}`)}
+	if err := h.store.CreateEmail(ctx, e, []string{"b@example.org"}); err != nil {
+		h.t.Fatal(err)
+	}
+	return id
+}
+
+// Emails that wait for their time (scheduled, up to 30 days) or were
+// canceled stay unaccepted with a workflow that exists. However many there
+// are, they do not keep the sweep from an email whose workflow never
+// started: each is asked about until its workflow is seen, canceled ones not
+// at all. A canceled email whose workflow is gone (Temporal's retention
+// removed the closed run) is neither removed nor started again.
+func TestSweepIsNotStarvedByScheduledAndCanceledEmails(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	domainID := h.domainInStatus(h.orgID, "sweep.example", store.DomainVerified)
+	_, sendKey := h.issueCredential(h.adminKey, domainID, "sender", "send")
+
+	// 180 scheduled emails, their workflows started (no worker runs them:
+	// they wait as a scheduled email's would); 70 of them then canceled.
+	at := time.Now().Add(24 * time.Hour).Format(time.RFC3339)
+	var waiting []string
+	for range 2 {
+		batch := make([]map[string]any, 90)
+		for i := range batch {
+			batch[i] = map[string]any{"from": "news@sweep.example", "to": []string{"a@example.org"}, "subject": "later", "text": "hello", "scheduled_at": at}
+		}
+		res := h.do("POST", "/api/v1/emails/batch", sendKey, batch)
+		if res.Status != 202 {
+			t.Fatalf("batch: %d %s", res.Status, res.Raw)
+		}
+		for _, e := range res.Body["data"].(map[string]any)["emails"].([]any) {
+			waiting = append(waiting, e.(map[string]any)["id"].(string))
+		}
+	}
+	for _, id := range waiting[:70] {
+		if err := h.store.CancelEmail(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Canceled emails whose closed workflow Temporal no longer knows, one
+	// answered, one not: older than all the others.
+	answeredCtx := store.WithCommitHook(ctx, func(context.Context, bun.Tx) error { return nil })
+	canceledGone := []string{
+		h.storeScheduledEmail(answeredCtx, domainID, uuid.NewString()),
+		h.storeScheduledEmail(ctx, domainID, uuid.NewString()),
+	}
+	for _, id := range canceledGone {
+		if err := h.store.CancelEmail(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What a killed API process leaves, newer than the others.
+	answered := h.storeEmail(answeredCtx, domainID, uuid.NewString())
+	unanswered := h.storeEmail(ctx, domainID, uuid.NewString())
+	for _, aged := range []struct {
+		ids []string
+		age time.Duration
+	}{{canceledGone, 20 * time.Minute}, {waiting, 10 * time.Minute}, {[]string{answered, unanswered}, 3 * time.Minute}} {
+		if _, err := h.store.DB.NewUpdate().Model((*store.Email)(nil)).Set("created_at = ?", time.Now().Add(-aged.age)).
+			Where("id IN (?)", bun.List(aged.ids)).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The first pass sees 100 of the 110 scheduled emails' workflows; the
+	// next one the 10 left and the two emails that never started.
+	total := 0
+	for pass := range 3 {
+		started, removed, err := h.api.SweepUnstartedEmails(ctx)
+		if err != nil {
+			t.Fatalf("pass %d: %v", pass+1, err)
+		}
+		if pass == 1 && (started != 1 || removed != 1) {
+			t.Errorf("pass 2 started %d and removed %d, want 1 and 1", started, removed)
+		}
+		total += started + removed
+	}
+	if total != 2 {
+		t.Errorf("three passes started or removed %d emails, want 2", total)
+	}
+	for id, want := range map[string]int{answered: 200, unanswered: 404, canceledGone[0]: 200, canceledGone[1]: 200} {
+		if got := h.do("GET", "/api/v1/emails/"+id, h.adminKey, nil).Status; got != want {
+			t.Errorf("GET email %s: %d, want %d", id, got, want)
+		}
+	}
+	if _, err := h.temporal.DescribeWorkflowExecution(ctx, "email-delivery:"+answered, ""); err != nil {
+		t.Errorf("the answered email's workflow: %v", err)
+	}
+	var notFound *serviceerror.NotFound
+	for _, id := range canceledGone {
+		if _, err := h.temporal.DescribeWorkflowExecution(ctx, "email-delivery:"+id, ""); !errors.As(err, &notFound) {
+			t.Errorf("a canceled email's workflow was started again: %v", err)
+		}
+	}
+	// Every email the sweep saw a workflow of is marked, canceled ones are
+	// not looked at, and the next pass asks about nothing.
+	if n, err := h.store.DB.NewSelect().Model((*store.Email)(nil)).Where("workflow_seen_at IS NOT NULL").Count(ctx); err != nil || n != 111 {
+		t.Errorf("%d emails marked as seen (%v), want 111 (110 scheduled, the started one)", n, err)
+	}
+	if left, err := h.store.UnacceptedEmailsBefore(ctx, time.Now(), 1000); err != nil || len(left) != 0 {
+		t.Errorf("still to ask about: %d emails (%v)", len(left), err)
+	}
+}
+
+// storeScheduledEmail stores a scheduled email as the API does before it
+// starts the workflow.
+func (h *harness) storeScheduledEmail(ctx context.Context, domainID int64, id string) string {
+	h.t.Helper()
+	at := time.Now().Add(time.Hour).UTC()
+	e := &store.Email{ID: id, OrganizationID: h.orgID, DomainID: domainID, FromAddress: "news@sweep.example",
+		To: store.AddressList{"b@example.org"}, Subject: "hi", Content: []byte(`{}`), ScheduledAt: &at}
 	if err := h.store.CreateEmail(ctx, e, []string{"b@example.org"}); err != nil {
 		h.t.Fatal(err)
 	}

@@ -223,33 +223,66 @@ func (s *Store) CancelEmail(ctx context.Context, id string) error {
 
 // DeleteUnstartedEmail removes an email whose workflow could not be started,
 // so a request answered 503 leaves nothing behind. Nothing refers to it yet:
-// events and statistics are written only by the workflow's steps. An email a
-// workflow has accepted is left alone.
-func (s *Store) DeleteUnstartedEmail(ctx context.Context, id string) error {
-	return s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		q := tx.NewSelect().Model((*Email)(nil)).Column("id").Where("id = ?", id).Where("accepted_at IS NULL")
+// events and statistics are written only by the workflow's steps. It reports
+// whether it removed the email: an email a workflow has accepted is left
+// alone (false: its workflow did start, though its start may have looked
+// failed to the caller), and an unknown id is ErrNotFound.
+func (s *Store) DeleteUnstartedEmail(ctx context.Context, id string) (deleted bool, err error) {
+	err = s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var row struct {
+			AcceptedAt *time.Time `bun:"accepted_at"`
+		}
+		q := tx.NewSelect().Model((*Email)(nil)).Column("accepted_at").Where("id = ?", id)
 		if s.IsPostgres() {
 			q = q.For("UPDATE")
 		}
-		if n, err := q.Count(ctx); err != nil || n == 0 {
-			return err
+		if err := q.Scan(ctx, &row); err != nil {
+			return notFound(err, "email")
+		}
+		if row.AcceptedAt != nil {
+			return nil
 		}
 		if _, err := tx.NewDelete().Model((*EmailRecipient)(nil)).Where("email_id = ?", id).Exec(ctx); err != nil {
 			return err
 		}
-		_, err := tx.NewDelete().Model((*Email)(nil)).Where("id = ?", id).Exec(ctx)
-		return err
+		if _, err := tx.NewDelete().Model((*Email)(nil)).Where("id = ?", id).Exec(ctx); err != nil {
+			return err
+		}
+		deleted = true
+		return nil
 	})
+	return deleted && err == nil, err
 }
 
 // UnacceptedEmailsBefore returns up to limit emails created before cutoff
-// that no workflow has accepted, oldest first, without their content.
+// that no workflow has accepted, oldest first, without their content: the
+// emails the API's sweep asks Temporal about. It leaves out canceled emails
+// (their workflow ended with nothing to send, and never accepts them) and
+// emails whose workflow the sweep has seen (MarkEmailWorkflowsSeen), so
+// emails that wait for their time or were canceled are asked about at most
+// until their workflow is seen, and never fill the sweep's batches.
 func (s *Store) UnacceptedEmailsBefore(ctx context.Context, cutoff time.Time, limit int) ([]Email, error) {
 	emails := []Email{}
+	// The conditions are those of the partial index emails_unaccepted_idx,
+	// written as it is so both dialects use it.
 	err := s.DB.NewSelect().Model(&emails).Column("id", "organization_id", "domain_id", "answered", "created_at", "scheduled_at").
-		Where("accepted_at IS NULL").Where("created_at < ?", cutoff).
+		Where("accepted_at IS NULL").Where("workflow_seen_at IS NULL").Where("status <> ?", EmailCanceled).
+		Where("created_at < ?", cutoff).
 		OrderExpr("created_at").Limit(int64(limit)).Scan(ctx)
 	return emails, err
+}
+
+// MarkEmailWorkflowsSeen records that the workflows of the emails exist (the
+// API's sweep found or started them), so UnacceptedEmailsBefore no longer
+// lists them. It is written by the sweep only, never on the way an email is
+// sent.
+func (s *Store) MarkEmailWorkflowsSeen(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := s.DB.NewUpdate().Model((*Email)(nil)).Set("workflow_seen_at = ?", now()).
+		Where("id IN (?)", bun.List(ids)).Where("workflow_seen_at IS NULL").Exec(ctx)
+	return err
 }
 
 // EmailScope limits what a key sees of the organization's emails: a

@@ -1,0 +1,161 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/uptrace/bun"
+
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/testenv"
+)
+
+// DeleteUnstartedEmail removes an email no workflow has accepted, with its
+// recipients, and says so; it leaves an accepted email alone and says it
+// did not remove it (its workflow did start); an unknown id is not found.
+func TestDeleteUnstartedEmailReportsWhetherItDeleted(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		org := newOrg(t, st, "acme")
+		domain := newDomain(t, st, org, "x.example", store.DomainVerified)
+
+		unstarted := newEmail(t, st, org, domain, "ada@r.example", "bob@r.example")
+		deleted, err := st.DeleteUnstartedEmail(ctx, unstarted)
+		if err != nil || !deleted {
+			t.Fatalf("DeleteUnstartedEmail of an unaccepted email = %v, %v; want true", deleted, err)
+		}
+		if n, err := st.DB.NewSelect().Model((*store.EmailRecipient)(nil)).Where("email_id = ?", unstarted).Count(ctx); err != nil || n != 0 {
+			t.Fatalf("its recipients: %d rows (%v)", n, err)
+		}
+		if _, err := st.DeleteUnstartedEmail(ctx, unstarted); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("DeleteUnstartedEmail of a removed email: %v, want not found", err)
+		}
+
+		accepted := newEmail(t, st, org, domain, "ada@r.example")
+		if _, err := st.AcceptEmail(ctx, accepted, store.Acceptance{EnvelopeSender: "bounces+x@mail.x.example", Recipients: 1}); err != nil {
+			t.Fatal(err)
+		}
+		deleted, err = st.DeleteUnstartedEmail(ctx, accepted)
+		if err != nil || deleted {
+			t.Fatalf("DeleteUnstartedEmail of an accepted email = %v, %v; want false", deleted, err)
+		}
+		if e, recipients, err := st.EmailForDelivery(ctx, accepted); err != nil || e.AcceptedAt == nil {
+			t.Fatalf("the accepted email after DeleteUnstartedEmail: %+v %v %v", e, recipients, err)
+		}
+	})
+}
+
+// The sweep's list leaves out canceled emails and emails whose workflow it
+// has seen, and its query is served by emails_unaccepted_idx.
+func TestUnacceptedEmailsLeaveOutCanceledAndSeen(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		org := newOrg(t, st, "acme")
+		domain := newDomain(t, st, org, "x.example", store.DomainVerified)
+
+		create := func(scheduled bool) string {
+			id := uuid.Must(uuid.NewV7()).String()
+			e := &store.Email{ID: id, OrganizationID: org, DomainID: domain, FromAddress: "a@x.example", Subject: "Hello", Content: []byte("{}")}
+			if scheduled {
+				at := time.Now().Add(24 * time.Hour).UTC()
+				e.ScheduledAt = &at
+			}
+			if err := st.CreateEmail(ctx, e, []string{"ada@r.example"}); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		queued, scheduled, canceled, seenQueued, seenScheduled := create(false), create(true), create(true), create(false), create(true)
+		if err := st.CancelEmail(ctx, canceled); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.MarkEmailWorkflowsSeen(ctx, []string{seenQueued, seenScheduled}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.MarkEmailWorkflowsSeen(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+
+		// The query as the store sends it, for its plan below.
+		var mu sync.Mutex
+		var queries []string
+		st.DB.AddQueryHook(queryRecorder(func(q string) {
+			mu.Lock()
+			defer mu.Unlock()
+			queries = append(queries, q)
+		}))
+		got, err := st.UnacceptedEmailsBefore(ctx, time.Now().Add(time.Minute), 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, e := range got {
+			ids = append(ids, e.ID)
+		}
+		if want := []string{queued, scheduled}; strings.Join(ids, ",") != strings.Join(want, ",") {
+			t.Fatalf("unaccepted emails %v, want %v (queued, scheduled; not canceled %s nor seen %s %s)", ids, want, canceled, seenQueued, seenScheduled)
+		}
+		mu.Lock()
+		sweep := queries[len(queries)-1]
+		mu.Unlock()
+
+		var plan []string
+		err = st.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			explain := "EXPLAIN QUERY PLAN "
+			if st.IsPostgres() {
+				// A handful of rows is read faster without any index.
+				if _, err := tx.ExecContext(ctx, "SET LOCAL enable_seqscan = off"); err != nil {
+					return err
+				}
+				explain = "EXPLAIN "
+			}
+			rows, err := tx.QueryContext(ctx, explain+sweep)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			cols, err := rows.Columns()
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				vals := make([]any, len(cols))
+				for i := range vals {
+					vals[i] = new(any)
+				}
+				if err := rows.Scan(vals...); err != nil {
+					return err
+				}
+				line := ""
+				for _, v := range vals {
+					if s, ok := (*v.(*any)).(string); ok {
+						line += s + " "
+					}
+				}
+				plan = append(plan, line)
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(strings.Join(plan, "\n"), "emails_unaccepted_idx") {
+			t.Fatalf("the sweep's query %s is not served by emails_unaccepted_idx:\n%s", sweep, strings.Join(plan, "\n"))
+		}
+	})
+}
+
+// queryRecorder is a bun query hook that hands every query to record.
+type queryRecorder func(string)
+
+func (r queryRecorder) BeforeQuery(ctx context.Context, _ *bun.QueryEvent) context.Context {
+	return ctx
+}
+func (r queryRecorder) AfterQuery(_ context.Context, e *bun.QueryEvent) { r(e.Query) }
