@@ -353,7 +353,7 @@ func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[Q
 		return nil, err
 	}
 	if err := s.startEmail(ctx, e); err != nil {
-		s.logger.WarnContext(ctx, "email stored but its workflow did not start; removing it", "request_id", RequestID(ctx), "email_id", e.ID, "error", err)
+		s.logger.WarnContext(ctx, "the start of a stored email's workflow failed; removing the email unless its workflow accepted it", "request_id", RequestID(ctx), "email_id", e.ID, "error", err)
 		// Nothing has been sent or counted yet: removing the email (and the
 		// answer stored with it) leaves no trace, and the client can send the
 		// same request again.
