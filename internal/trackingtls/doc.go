@@ -24,9 +24,9 @@
 // would make us order a certificate, spending the CA's rate limits (per
 // account, per registered domain) that the real domains need. A handshake for
 // any other name fails before anything is asked of the CA. Since any
-// ClientHello makes a question, a refusal is remembered for 30 seconds, each
-// question gets 5 seconds and at most 4 run at once; an acceptance is never
-// remembered, so a removed domain stops being served at once.
+// ClientHello makes a question, each gets 5 seconds and at most 4 run at
+// once; no answer is remembered, so a removed domain stops being served at
+// once and a verified one is served at once.
 //
 // autocert renews a certificate it holds without asking again, for as long
 // as the process runs; the manager's cache stores a certificate only for a

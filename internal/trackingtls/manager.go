@@ -32,10 +32,9 @@ type Options struct {
 	RootCAs *x509.CertPool
 	// Allowed reports whether host (lower case, no trailing dot) is a
 	// verified custom tracking domain. It is asked on every TLS handshake
-	// that is not an ACME challenge (a refusal is remembered for 30
-	// seconds), and before a certificate is written to Cache, so it should
-	// be cheap; it gets 5 seconds, and at most 4 calls run at once. An
-	// error fails the handshake.
+	// that is not an ACME challenge, and before a certificate is written
+	// to Cache, so it should be cheap; it gets 5 seconds, and at most 4
+	// calls run at once. An error fails the handshake.
 	Allowed func(ctx context.Context, host string) (bool, error)
 	// Cache holds the account key and the certificates, shared by every
 	// process: a *Cache over the store.

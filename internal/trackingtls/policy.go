@@ -4,31 +4,22 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/crypto/acme/autocert"
 )
 
 // The host policy's limits. Anyone can send a ClientHello with any name to
-// the listener, and each one asks Allowed (a database query) unless told
-// otherwise.
+// the listener, and each one asks Allowed (a database query). Neither
+// answer is remembered: a removed domain must stop being served at once,
+// and one just verified must be served at once (a refusal remembered for a
+// while made its first clicks fail).
 const (
-	// refusalTTL is how long a refused name stays refused without asking
-	// again: scanners and misconfigured clients repeat the same names. A
-	// name that was refused and is then verified waits this long at most.
-	// Acceptances are never remembered: a removed domain stops being
-	// served at once (docs/tracking.md).
-	refusalTTL = 30 * time.Second
-	// maxRefusals bounds the names remembered. When it is reached they
-	// are all forgotten: a flood of distinct names would push out anything
-	// useful anyway, and clearing keeps each refusal O(1).
-	maxRefusals = 10000
 	// lookupTimeout bounds one Allowed call, and the wait for a turn to
 	// make it; autocert gives a handshake five minutes.
 	lookupTimeout = 5 * time.Second
 	// maxLookups is how many Allowed calls run at once: a flood of
-	// handshakes with distinct names (each one a query) waits for its turn
+	// handshakes with made-up names (each one a query) waits for its turn
 	// rather than taking the connection pool the API shares.
 	maxLookups = 4
 )
@@ -37,32 +28,16 @@ const (
 // limits above.
 type policy struct {
 	allowed func(ctx context.Context, host string) (bool, error)
-	now     func() time.Time
 	turns   chan struct{}
-
-	mu      sync.Mutex
-	refused map[string]time.Time // name → when its refusal ends
 }
 
 func newPolicy(allowed func(ctx context.Context, host string) (bool, error)) *policy {
-	return &policy{allowed: allowed, now: time.Now, turns: make(chan struct{}, maxLookups), refused: map[string]time.Time{}}
+	return &policy{allowed: allowed, turns: make(chan struct{}, maxLookups)}
 }
 
 // allow reports whether host (normalized) is a verified custom tracking
-// domain. An error is not remembered: a failing database must not refuse
-// the real domains for refusalTTL.
+// domain.
 func (p *policy) allow(ctx context.Context, host string) (bool, error) {
-	p.mu.Lock()
-	until, ok := p.refused[host]
-	if ok && !p.now().Before(until) {
-		delete(p.refused, host)
-		ok = false
-	}
-	p.mu.Unlock()
-	if ok {
-		return false, nil
-	}
-
 	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
 	select {
@@ -70,19 +45,8 @@ func (p *policy) allow(ctx context.Context, host string) (bool, error) {
 	case <-ctx.Done():
 		return false, fmt.Errorf("waiting for a turn to ask: %w", ctx.Err())
 	}
-	allowed, err := p.allowed(ctx, host)
-	<-p.turns
-	if err != nil || allowed {
-		return allowed, err
-	}
-
-	p.mu.Lock()
-	if len(p.refused) >= maxRefusals {
-		clear(p.refused)
-	}
-	p.refused[host] = p.now().Add(refusalTTL)
-	p.mu.Unlock()
-	return false, nil
+	defer func() { <-p.turns }()
+	return p.allowed(ctx, host)
 }
 
 // hostPolicy is autocert's check before it serves or orders a certificate

@@ -50,72 +50,6 @@ func (a *asker) set(host string, verified bool) {
 	a.verified[host] = verified
 }
 
-// A refused name is refused for refusalTTL without asking again; an
-// accepted name and a failed question are asked every time (a removed
-// domain stops at once, a database error refuses nothing for long).
-func TestPolicyRemembersRefusalsOnly(t *testing.T) {
-	a := newAsker("track.shop.example")
-	a.failing["flaky.example"] = true
-	p := newPolicy(a.allowed)
-	now := time.Unix(1_700_000_000, 0)
-	p.now = func() time.Time { return now }
-	ctx := context.Background()
-
-	for range 3 {
-		if err := p.hostPolicy(ctx, "Scanner.Example."); !errors.Is(err, ErrNotAllowed) {
-			t.Fatalf("refused name: %v", err)
-		}
-		if err := p.hostPolicy(ctx, "track.shop.example"); err != nil {
-			t.Fatalf("verified name: %v", err)
-		}
-		if err := p.hostPolicy(ctx, "flaky.example"); err == nil || errors.Is(err, ErrNotAllowed) {
-			t.Fatalf("failing question: %v", err)
-		}
-	}
-	if n := a.count("scanner.example"); n != 1 {
-		t.Fatalf("a refused name was asked %d times, want once", n)
-	}
-	if n := a.count("track.shop.example"); n != 3 {
-		t.Fatalf("an accepted name was asked %d times of 3", n)
-	}
-	if n := a.count("flaky.example"); n != 3 {
-		t.Fatalf("a failing name was asked %d times of 3", n)
-	}
-
-	// A removed domain is refused on the next handshake.
-	a.set("track.shop.example", false)
-	if err := p.hostPolicy(ctx, "track.shop.example"); !errors.Is(err, ErrNotAllowed) {
-		t.Fatalf("removed name: %v", err)
-	}
-	// A refused name that is then verified is accepted once the refusal
-	// ends, and not before.
-	a.set("scanner.example", true)
-	now = now.Add(refusalTTL - time.Nanosecond)
-	if err := p.hostPolicy(ctx, "scanner.example"); !errors.Is(err, ErrNotAllowed) {
-		t.Fatalf("before the refusal ends: %v", err)
-	}
-	now = now.Add(time.Nanosecond)
-	if err := p.hostPolicy(ctx, "scanner.example"); err != nil {
-		t.Fatalf("after the refusal ends: %v", err)
-	}
-	if n := a.count("scanner.example"); n != 2 {
-		t.Fatalf("asked %d times, want twice", n)
-	}
-}
-
-// The refusals remembered are bounded.
-func TestPolicyRefusalsBounded(t *testing.T) {
-	p := newPolicy(newAsker().allowed)
-	for i := range maxRefusals + 10 {
-		if ok, err := p.allow(context.Background(), fmt.Sprintf("n%d.example", i)); ok || err != nil {
-			t.Fatal(ok, err)
-		}
-		if len(p.refused) > maxRefusals {
-			t.Fatalf("%d refusals remembered after %d names", len(p.refused), i+1)
-		}
-	}
-}
-
 // Allowed gets lookupTimeout, not the five minutes autocert gives a
 // handshake, and at most maxLookups calls run at once: another one waits
 // for a turn within that time, and fails when it runs out.
@@ -173,9 +107,28 @@ func TestPolicyBoundsLookups(t *testing.T) {
 			t.Fatalf("Allowed was asked while %d calls ran", maxLookups)
 		}
 	}
-	// The failure is not remembered as a refusal.
-	if _, ok := p.refused["late.example"]; ok {
-		t.Fatal("a lookup that failed is remembered as a refusal")
+}
+
+// No answer is remembered: a name refused while its domain was pending is
+// served as soon as it is verified, and one accepted is refused as soon as
+// it is removed.
+func TestManagerHostPolicyAsksEveryTime(t *testing.T) {
+	a := newAsker()
+	m, err := NewManager(Options{Allowed: a.allowed, Cache: &memCache{m: map[string][]byte{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "track.shop.example"
+	if err := m.HostPolicy(context.Background(), name); !errors.Is(err, ErrNotAllowed) {
+		t.Fatalf("pending: %v", err)
+	}
+	a.set(name, true)
+	if err := m.HostPolicy(context.Background(), name); err != nil {
+		t.Fatalf("verified: %v", err)
+	}
+	a.set(name, false)
+	if err := m.HostPolicy(context.Background(), name); !errors.Is(err, ErrNotAllowed) {
+		t.Fatalf("removed: %v", err)
 	}
 }
 
@@ -246,23 +199,5 @@ func TestManagerCacheRefusesRemovedNames(t *testing.T) {
 	// Get is the cache's own.
 	if d, err := m.Cache.Get(ctx, "track.shop.example"); err != nil || string(d) != "pem of track.shop.example" {
 		t.Fatalf("Get: %q %v", d, err)
-	}
-}
-
-// The manager's HostPolicy asks Allowed once about a name it refuses
-// within refusalTTL.
-func TestManagerHostPolicyRemembersRefusals(t *testing.T) {
-	a := newAsker("track.shop.example")
-	m, err := NewManager(Options{Allowed: a.allowed, Cache: &memCache{m: map[string][]byte{}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 100 {
-		if err := m.HostPolicy(context.Background(), "random.example"); !errors.Is(err, ErrNotAllowed) {
-			t.Fatal(err)
-		}
-	}
-	if n := a.count("random.example"); n != 1 {
-		t.Fatalf("100 handshakes for a refused name asked Allowed %d times", n)
 	}
 }
