@@ -55,7 +55,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -272,12 +274,8 @@ func (s *Server) ServeTLS(ln net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.draining = true
-	conns := make([]*limitedConn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
 	s.mu.Unlock()
-	for _, c := range conns {
+	for _, c := range s.openConns() {
 		c.drain()
 	}
 	err := s.smtp.Shutdown(ctx)
@@ -307,16 +305,19 @@ func (s *Server) Close() error {
 
 // closeConns closes every open connection and returns how many there were.
 func (s *Server) closeConns() int {
-	s.mu.Lock()
-	conns := make([]*limitedConn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
+	conns := s.openConns()
 	for _, c := range conns {
 		c.Close()
 	}
 	return len(conns)
+}
+
+// openConns returns the connections open now, to act on without holding
+// s.mu (closing one takes it).
+func (s *Server) openConns() []*limitedConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Collect(maps.Keys(s.conns))
 }
 
 // ErrUnavailable is for a Session to return when it cannot do its work for

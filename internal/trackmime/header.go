@@ -105,12 +105,8 @@ func unfold(b []byte) string {
 	var s strings.Builder
 	s.Grow(len(b))
 	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i+1], b[i+1:]
-		} else {
-			b = nil
-		}
+		var line []byte
+		line, b = cutLine(b)
 		s.Write(trimEOL(line))
 	}
 	return s.String()

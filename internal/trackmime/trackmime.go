@@ -270,12 +270,8 @@ func (w *walker) text(out *bytes.Buffer, raw []byte, h header, html bool, charse
 // (or an enclosing part) early: the rewrite must not change the structure.
 func (w *walker) checkNoDelimiter(part []byte) error {
 	for len(part) > 0 {
-		line := part
-		if i := bytes.IndexByte(part, '\n'); i >= 0 {
-			line, part = part[:i+1], part[i+1:]
-		} else {
-			part = nil
-		}
+		var line []byte
+		line, part = cutLine(part)
 		for _, dash := range w.dashes {
 			if ok, _ := delimiter(trimEOL(line), dash); ok {
 				return fmt.Errorf("%w: a rewritten part contains the boundary line %q", ErrMalformed, dash)
@@ -300,16 +296,21 @@ func asciiCompatible(charset string) bool {
 	return false
 }
 
+// cutLine splits b after its first <LF>: the first line with its line
+// break, and the rest (nil after the last line).
+func cutLine(b []byte) (line, rest []byte) {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		return b[:i+1], b[i+1:]
+	}
+	return b, nil
+}
+
 // fits says whether b can be sent as it is in 7bit (sevenBit) or 8bit: no
 // line over maxLine octets and, for 7bit, no octet over 127.
 func fits(b []byte, sevenBit bool) bool {
 	for len(b) > 0 {
-		line := b
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			line, b = b[:i+1], b[i+1:]
-		} else {
-			b = nil
-		}
+		var line []byte
+		line, b = cutLine(b)
 		if len(trimEOL(line)) > maxLine {
 			return false
 		}
