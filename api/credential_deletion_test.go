@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -189,7 +188,7 @@ func (h *harness) waitForLockWaiters(n int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			h.t.Fatal(fmt.Sprintf("%d sessions wait for a lock, want %d", waiting, n))
+			h.t.Fatalf("%d sessions wait for a lock, want %d", waiting, n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

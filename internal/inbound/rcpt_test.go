@@ -64,7 +64,7 @@ func newFixture(t *testing.T, databaseURL string) *fixture {
 		t.Fatal(err)
 	}
 	q := &emailQueries{}
-	st.DB.AddQueryHook(q)
+	st.DB = st.DB.WithQueryHook(q)
 	dead, _ := client.NewLazyClient(client.Options{HostPort: testenv.FreeAddr(t)})
 	t.Cleanup(dead.Close)
 	addr := serve(t, &inbound.Backend{Store: st, Temporal: dead, Tags: tags, BounceHost: "bounces.example", Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)})

@@ -86,7 +86,7 @@ func TestUnacceptedEmailsLeaveOutCanceledAndSeen(t *testing.T) {
 		// The query as the store sends it, for its plan below.
 		var mu sync.Mutex
 		var queries []string
-		st.DB.AddQueryHook(queryRecorder(func(q string) {
+		st.DB = st.DB.WithQueryHook(queryRecorder(func(q string) {
 			mu.Lock()
 			defer mu.Unlock()
 			queries = append(queries, q)
