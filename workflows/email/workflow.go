@@ -166,9 +166,15 @@ const localFirstAttemptChange = "local-first-attempt"
 // runs. A worker lost mid-step is noticed when its workflow task times out,
 // and another worker runs the step again: the stored message and the
 // recipients already recorded make that safe (docs/sending.md).
+//
+// Its retries end at ScheduleToClose, which the SDK sets to the
+// StartToClose when none is given (15 minutes, after which the email would
+// stay queued for ever): a week outlasts any outage, as for the regular
+// activities, whose retries have no end.
 var firstAttemptOptions = workflow.LocalActivityOptions{
-	StartToCloseTimeout: AttemptTimeout,
-	RetryPolicy:         infrastructureRetry,
+	ScheduleToCloseTimeout: 7 * 24 * time.Hour,
+	StartToCloseTimeout:    AttemptTimeout,
+	RetryPolicy:            infrastructureRetry,
 }
 
 // scheduledSendChange is the workflow.GetVersion change id of scheduled

@@ -22,9 +22,14 @@ var infrastructureRetry = &temporal.RetryPolicy{
 // two workflow tasks instead of four, and its effects reach webhooks without
 // a round trip through the task queue. Parsing is bounded (a 10 MiB message
 // at most), so a try ends well within the time-out.
+//
+// A local activity's retries end at its ScheduleToClose, which the SDK sets
+// to the StartToClose when none is given: a minute, after which a message
+// answered 250 would never be handled. A week outlasts any outage.
 var handleOptions = workflow.LocalActivityOptions{
-	StartToCloseTimeout: time.Minute,
-	RetryPolicy:         infrastructureRetry,
+	ScheduleToCloseTimeout: 7 * 24 * time.Hour,
+	StartToCloseTimeout:    time.Minute,
+	RetryPolicy:            infrastructureRetry,
 }
 
 var eraseOptions = workflow.ActivityOptions{
