@@ -100,6 +100,7 @@ FUZZ_TARGETS  := \
 	./internal/trackhtml:FuzzRewrite \
 	./internal/trackmime:FuzzRewrite \
 	./internal/tracktoken:FuzzParse \
+	./internal/textclean:FuzzLine \
 	./api:FuzzPageCursor \
 	./api:FuzzIdempotencyKey
 

@@ -1,10 +1,13 @@
 package activities_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -336,4 +339,28 @@ func orNil(s *string) string {
 		return "<nil>"
 	}
 	return *s
+}
+
+// A report's diagnostic becomes the recipient's response and the bounced
+// event's smtp_message. A forged report may make it 200 KB long, or put
+// invalid UTF-8 in it; what is stored is cut and cleaned.
+func TestHandleReportWithHostileDiagnostic(t *testing.T) {
+	f := newInboundFixture(t, "nobody@example.org")
+	raw, err := os.ReadFile(filepath.Join("..", "internal", "bouncereport", "testdata", "postfix-hard.eml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := "User \xff\xfe unknown" + strings.Repeat("\n    blah", 20000)
+	at := bytes.LastIndex(raw, []byte("User unknown")) // the Diagnostic-Code's
+	raw = slices.Concat(raw[:at], []byte(long), raw[at+len("User unknown"):])
+	if res := f.handle(t, f.receiveRaw(t, raw, true)); res.Kind != store.InboundDSN || res.Effects != 1 {
+		t.Fatalf("DSN: %+v", res)
+	}
+	r := f.recipient(t, "nobody@example.org")
+	if r.Status != store.RecipientBounced || r.LastResponse == nil || !strings.Contains(*r.LastResponse, "User \uFFFD\uFFFD unknown blah") {
+		t.Fatalf("bounced recipient %+v (response %.100q)", r, orNil(r.LastResponse))
+	}
+	if n := len(*r.LastResponse); n > 1100 {
+		t.Fatalf("a %d-byte response stored", n)
+	}
 }

@@ -1,7 +1,9 @@
 package deploy
 
 import (
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -83,5 +85,52 @@ func TestReadmeCodeLayout(t *testing.T) {
 				t.Errorf("the layout does not name internal/%s", name)
 			}
 		}
+	}
+}
+
+// The README's fuzzing table has a row for every fuzz test, naming its
+// package, so a new parser's invariant is written down where people look.
+func TestReadmeFuzzTable(t *testing.T) {
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(data), "\n### Fuzzing\n")
+	if !ok {
+		t.Fatal("README.md has no ### Fuzzing section")
+	}
+	table, _, _ = strings.Cut(table, "\n\n## ")
+	rows := map[string][]string{} // package → targets its rows name
+	row := regexp.MustCompile("^\\| ([^|]+) \\| `([^`]+)` \\|")
+	for _, line := range strings.Split(table, "\n") {
+		if m := row.FindStringSubmatch(line); m != nil {
+			rows[m[2]] = append(rows[m[2]], regexp.MustCompile("`(Fuzz[A-Za-z0-9_]+)`").FindAllString(m[1], -1)...)
+		}
+	}
+	fuzzFunc := regexp.MustCompile(`(?m)^func (Fuzz[A-Za-z0-9_]+)\(`)
+	err = filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != ".." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "bin" || d.Name() == "testdata") {
+			return filepath.SkipDir // tools, data and corpora: no Go packages of ours
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		pkg := strings.TrimPrefix(filepath.ToSlash(filepath.Dir(path)), "../")
+		for _, m := range fuzzFunc.FindAllStringSubmatch(string(src), -1) {
+			if !slices.Contains(rows[pkg], "`"+m[1]+"`") {
+				t.Errorf("the README's fuzzing table has no row for %s in %s", m[1], pkg)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

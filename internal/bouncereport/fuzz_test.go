@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -83,6 +84,9 @@ func FuzzParse(f *testing.F) {
 			if !utf8.ValidString(l.Context) || len(l.Context) > maxContext+2 || !strings.HasPrefix(l.Status, "5.") {
 				t.Fatalf("bad finding %+v", l)
 			}
+		}
+		if bad := unstorable(r); bad != "" {
+			t.Fatalf("unstorable fact %q", bad)
 		}
 		// Parse is deterministic: the report is the same the second time.
 		if again := parse(raw, Envelope{NullSender: nullSender, Unsubscribe: unsubscribe}); !equalReports(r, again) {
@@ -184,3 +188,26 @@ func refold(raw []byte, ops []byte) []byte {
 
 // equalReports compares two reports' kinds and facts.
 func equalReports(a, b *Report) bool { return reflect.DeepEqual(a, b) }
+
+// unstorable returns a fact of r that could not be stored as text (invalid
+// UTF-8, a control character such as NUL) or is longer than maxFieldBytes,
+// or "" when there is none.
+func unstorable(r *Report) string {
+	facts := []string{r.MessageID, r.OriginalMessageID}
+	for _, d := range r.Recipients {
+		facts = append(facts, d.FinalRecipient, d.OriginalRecipient, d.DiagnosticCode, d.SMTPMessage, d.RemoteMTA)
+	}
+	if f := r.Feedback; f != nil {
+		facts = append(facts, f.Type, f.UserAgent, f.OriginalMailFrom, f.ArrivalDate, f.SourceIP, f.OriginalReturnPath, f.OriginalFrom, f.OriginalTo)
+		facts = append(facts, f.OriginalRcptTo...)
+	}
+	for _, l := range r.Legacy {
+		facts = append(facts, l.Address, l.Context)
+	}
+	for _, s := range facts {
+		if !utf8.ValidString(s) || strings.IndexFunc(s, unicode.IsControl) >= 0 || len(s) > maxFieldBytes {
+			return s
+		}
+	}
+	return ""
+}

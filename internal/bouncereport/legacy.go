@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"regexp"
 	"strings"
+
+	"github.com/mailyard/mailyard/internal/textclean"
 )
 
 // LegacyFinding is an address a legacy bounce's text names beside a 5.x.x
@@ -159,11 +161,8 @@ func permanentCodes(s string) []string {
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
-// context shortens a line to maxContext bytes; a rune cut in two, like any
-// invalid UTF-8 in the bounce, becomes U+FFFD.
+// context shortens a line to maxContext bytes, made storable like a
+// field's value (see clean).
 func context(s string) string {
-	if len(s) > maxContext {
-		s = s[:maxContext]
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
+	return textclean.Line(s, maxContext)
 }

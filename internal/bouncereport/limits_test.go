@@ -3,6 +3,7 @@ package bouncereport
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -246,4 +247,19 @@ func TestTruncated(t *testing.T) {
 			parse(raw[:n], c.env)
 		}
 	}
+}
+
+// TestInvalidUTF8InFields: a report's facts are stored as text, where
+// PostgreSQL refuses invalid UTF-8; a forged report must not make its
+// handling fail on every retry. (net/textproto already refuses a field with
+// a NUL: it and the fields after it are not read.)
+func TestInvalidUTF8InFields(t *testing.T) {
+	raw := readTestdata(t, "postfix-hard.eml")
+	at := bytes.LastIndex(raw, []byte("User unknown"))
+	raw = slices.Concat(raw[:at], []byte("User\xffunknown \xfe"), raw[at+len("User unknown"):])
+	r := Parse(raw, bounce)
+	require.Equal(t, KindDSN, r.Kind)
+	require.Equal(t, "<nobody@example.org>: Recipient address rejected: User\uFFFDunknown \uFFFD", r.Recipients[0].SMTPMessage)
+	require.Equal(t, 550, r.Recipients[0].SMTPCode)
+	require.Empty(t, unstorable(r))
 }

@@ -11,6 +11,8 @@ import (
 	"net/mail"
 	"net/textproto"
 	"strings"
+
+	"github.com/mailyard/mailyard/internal/textclean"
 )
 
 // decoded undoes a Content-Transfer-Encoding. multipart.Reader.NextPart
@@ -50,9 +52,12 @@ func readHeader(b []byte) textproto.MIMEHeader {
 }
 
 // clean joins a field value's words with single spaces, so that however a
-// value was folded (or refolded) it reads the same.
+// value was folded (or refolded) it reads the same. Every fact Parse returns
+// passes through here and ends up stored: invalid UTF-8 and control
+// characters (a NUL would make the write fail) become U+FFFD, and the value
+// is cut to maxFieldBytes.
 func clean(v string) string {
-	return strings.Join(strings.Fields(v), " ")
+	return textclean.Line(strings.Join(strings.Fields(v), " "), maxFieldBytes)
 }
 
 // stripAngles returns a Message-ID or path without its angle brackets and

@@ -86,6 +86,9 @@ const (
 	// maxBlocks is the number of header blocks of a delivery-status part
 	// parsed, so that many tiny empty blocks cannot cost more than useful ones.
 	maxBlocks = 2*maxRecipients + 1
+	// maxFieldBytes is the length a field's value is cut to: twice the
+	// longest SMTP reply line (RFC 5321 §4.5.3.1.5).
+	maxFieldBytes = 1024
 )
 
 // Parse classifies a raw message received at the bounce host and extracts

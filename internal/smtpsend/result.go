@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/textproto"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/emersion/go-smtp"
+
+	"github.com/mailyard/mailyard/internal/textclean"
 )
 
 // Status is the outcome of one attempt for one recipient.
@@ -108,11 +108,11 @@ func serverReply(err error) (code int, text string, ok bool) {
 		if e := smtpErr.EnhancedCode; e[0] > 0 {
 			text = fmt.Sprintf("%d.%d.%d %s", e[0], e[1], e[2], text)
 		}
-		return smtpErr.Code, oneLine(text), true
+		return smtpErr.Code, text, true
 	}
 	var protoErr *textproto.Error
 	if errors.As(err, &protoErr) {
-		return protoErr.Code, oneLine(protoErr.Msg), true
+		return protoErr.Code, protoErr.Msg, true
 	}
 	return 0, "", false
 }
@@ -134,21 +134,9 @@ func describe(ctx context.Context, where, step string, err error) string {
 	return prefix + err.Error()
 }
 
-// oneLine joins the lines of a multi-line reply.
-func oneLine(s string) string {
-	return strings.ReplaceAll(s, "\n", " ")
-}
-
-// truncate keeps Message within MaxMessageLen bytes of valid UTF-8, so a
-// chatty or hostile server cannot bloat what callers store.
+// truncate keeps Message one line of at most MaxMessageLen bytes of valid
+// UTF-8 without control characters, so a chatty or hostile server can
+// neither bloat what callers store nor make it unstorable.
 func truncate(s string) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= MaxMessageLen {
-		return s
-	}
-	n := MaxMessageLen
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
+	return textclean.Line(s, MaxMessageLen)
 }

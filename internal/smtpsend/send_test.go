@@ -679,3 +679,15 @@ func TestNewValidates(t *testing.T) {
 		t.Errorf("minimal mx configuration: %v", err)
 	}
 }
+
+// A reply is stored as the recipient's last response: a NUL or invalid
+// UTF-8 in it would make that write fail on every retry.
+func TestHostileReplyIsCleaned(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	srv.onRcpt = func(string) error {
+		return smtpError(550, smtp.EnhancedCode{5, 1, 1}, "no\x00such \xffuser")
+	}
+	s := mxSender(t, exampleZone(t), srv.port)
+	r := send(t, s, "a@example.test")[0]
+	wantResult(t, r, smtpsend.HardBounce, 550, "5.1.1 no\uFFFDsuch \uFFFDuser")
+}

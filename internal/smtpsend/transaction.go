@@ -84,7 +84,7 @@ func (s *session) transact(ctx context.Context, from string, rcpts []string, msg
 		}
 		return out
 	}
-	set(accepted, outcome{status: Delivered, code: 250, message: oneLine(reply.StatusText)})
+	set(accepted, outcome{status: Delivered, code: 250, message: reply.StatusText})
 	s.quit()
 	return out
 }

@@ -2,9 +2,14 @@ package webhook
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"io"
 	"log"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -12,6 +17,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-github/v74/github"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
@@ -110,6 +116,54 @@ func TestHTTPSUntrustedCertificate(t *testing.T) {
 	out := Send(context.Background(), NewClient(Policy{AllowPrivateNetworks: true}), testDelivery(rcv.URL))
 	if out.Verdict != Retryable || out.StatusCode != 0 || !strings.Contains(out.Error, "certificate") {
 		t.Fatalf("outcome %+v", out)
+	}
+	if n := rcv.requests.Load(); n != 0 {
+		t.Fatalf("receiver saw %d requests over an unverified connection", n)
+	}
+}
+
+// TestHTTPSHostileCertificateNames: the attempt's error quotes the names of
+// the receiver's certificate. A NUL among them would make the attempt
+// unstorable (PostgreSQL refuses it in text), and many long names would
+// bloat the delivery log; the text is cleaned and cut.
+func TestHTTPSHostileCertificateNames(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"nul\x00.example"}
+	for i := range 10 {
+		names = append(names, strings.Repeat("x", 60)+strconv.Itoa(i)+".example")
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), DNSNames: names,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv := &receiver{}
+	rcv.Server = httptest.NewUnstartedServer(rcv.wrap(nil))
+	rcv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	rcv.TLS = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key, Leaf: cert}}}
+	rcv.StartTLS()
+	t.Cleanup(rcv.Close)
+
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	client := NewClient(Policy{AllowPrivateNetworks: true}, WithRootCAs(pool))
+	url := strings.Replace(rcv.URL, "127.0.0.1", "localhost", 1)
+	out := Send(context.Background(), client, testDelivery(url))
+	if out.Verdict != Retryable || out.StatusCode != 0 || !strings.Contains(out.Error, "nul\uFFFD.example") {
+		t.Fatalf("outcome %+v", out)
+	}
+	if !utf8.ValidString(out.Error) || strings.ContainsRune(out.Error, 0) || len(out.Error) > 512 {
+		t.Fatalf("error text %q (%d bytes) is not storable", out.Error, len(out.Error))
 	}
 	if n := rcv.requests.Load(); n != 0 {
 		t.Fatalf("receiver saw %d requests over an unverified connection", n)

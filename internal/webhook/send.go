@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/mailyard/mailyard/internal/egress"
+	"github.com/mailyard/mailyard/internal/textclean"
 )
 
 // UserAgent identifies delivery requests to receivers.
@@ -52,11 +53,11 @@ func Send(ctx context.Context, client *http.Client, d Delivery) Outcome {
 	}
 	req, err := newDeliveryRequest(ctx, d, ts)
 	if err != nil {
-		return Outcome{Verdict: Retryable, Error: err.Error(), Duration: time.Since(start)}
+		return failed(err.Error(), start)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return Outcome{Verdict: Retryable, Error: describeError(err, client.Timeout), Duration: time.Since(start)}
+		return failed(describeError(err, client.Timeout), start)
 	}
 	defer resp.Body.Close()
 	body, truncated := readResponseBody(resp)
@@ -101,6 +102,17 @@ func newDeliveryRequest(ctx context.Context, d Delivery, ts time.Time) (*http.Re
 	// Standard Webhooks separates several signatures with spaces.
 	h["webhook-signature"] = []string{strings.Join(standardSigs, " ")}
 	return req, nil
+}
+
+// MaxErrorLen bounds Outcome.Error.
+const MaxErrorLen = 512
+
+// failed is the Outcome of an attempt that got no response. The error text
+// can quote the receiver (a certificate's names, a redirect's location): it
+// is cleaned and cut, since a NUL or invalid UTF-8 in it would make the
+// attempt unstorable, and the delivery would retry for days.
+func failed(text string, start time.Time) Outcome {
+	return Outcome{Verdict: Retryable, Error: textclean.Line(text, MaxErrorLen), Duration: time.Since(start)}
 }
 
 // describeError turns a client error into text for the delivery log. The
