@@ -125,6 +125,17 @@ func Workflow(ctx workflow.Context, in Input) error {
 		if err := workflow.Sleep(ctx, in.RecheckEvery); err != nil {
 			return err
 		}
+		// A CNAME the customer removed keeps this loop going for as long as
+		// it is missing; without a fresh run the history would reach
+		// Temporal's limit, and the workflow would be terminated. The next
+		// run finds the rotation waiting (LoadPlan) and goes on checking.
+		if (p.DNSChecks >= maxDNSChecksPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested()) &&
+			workflow.GetVersion(ctx, dnsWaitContinueAsNewChange, workflow.DefaultVersion, 1) == 1 {
+			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+				return err
+			}
+			return workflow.NewContinueAsNewError(ctx, WorkflowName, in)
+		}
 	}
 
 	// 2. Switch signing to the standby key; the old key stays published.
@@ -151,6 +162,16 @@ func Workflow(ctx workflow.Context, in Input) error {
 	}
 	return workflow.NewContinueAsNewError(ctx, WorkflowName, in)
 }
+
+// maxDNSChecksPerRun bounds the DNS checks of one run: about 11 history
+// events each, so a run stays under Temporal's suggestion to continue as new
+// (4 Ki events by default). A variable so that tests can lower it.
+var maxDNSChecksPerRun = 300
+
+// dnsWaitContinueAsNewChange is the workflow.GetVersion change id of runs
+// that continue as new after maxDNSChecksPerRun checks: runs from before it
+// kept checking in one run, and replay the same way.
+const dnsWaitContinueAsNewChange = "dns-wait-continue-as-new"
 
 // Every step retries until it succeeds: a publisher or database that is down
 // delays a rotation, never fails it half-way. Each step is idempotent.

@@ -194,3 +194,19 @@ func (s *workflowSuite) TestANotVerifiedDomainHasNothingToRotate() {
 	s.True(s.env.IsWorkflowCompleted())
 	s.NoError(s.env.GetWorkflowError())
 }
+
+// While the standby key stays invisible (the customer removed the CNAME),
+// the run ends after maxDNSChecksPerRun checks by continuing as new, before
+// its history grows to Temporal's limit; the next run resumes the waiting
+// rotation (TestResumesARotationStoppedHalfWay).
+func (s *workflowSuite) TestALongDNSWaitContinuesAsNew() {
+	defer func(n int) { maxDNSChecksPerRun = n }(maxDNSChecksPerRun)
+	maxDNSChecksPerRun = 4
+	s.env.OnActivity(LoadPlanActivity, mock.Anything, domainID).Return(Plan{Active: true, Enabled: true, NextRotationAt: s.env.Now()}, nil).Once()
+	s.env.OnActivity(BeginActivity, mock.Anything, domainID).Return(begun, nil).Once()
+	s.env.OnActivity(ConfirmStandbyActivity, mock.Anything, domainID).Return(false, nil).Times(4)
+	s.env.ExecuteWorkflow(WorkflowName, testInput)
+
+	s.continuedAsNew()
+	// Never switched: Switch was not called.
+}
