@@ -64,9 +64,16 @@ func Workflow(ctx workflow.Context, in Input) error {
 
 	// Wait for the next rotation: the timer, a rotate request, or new settings.
 	for !requested {
+		settingsChanged = false
 		var plan Plan
 		if err := workflow.ExecuteActivity(actx, LoadPlanActivity, in.DomainID).Get(ctx, &plan); err != nil {
 			return end(err)
+		}
+		// New settings signalled while the plan loaded may be missing from
+		// it: they wake the wait below at once, and the plan is loaded again.
+		// Runs from before dropped them, and replay the same way.
+		if settingsChanged && workflow.GetVersion(ctx, settingsDuringLoadChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+			settingsChanged = false
 		}
 		if !plan.Active {
 			return end(nil)
@@ -76,7 +83,6 @@ func Workflow(ctx workflow.Context, in Input) error {
 			requested = true
 			break
 		}
-		settingsChanged = false
 		wake := func() bool { return requested || settingsChanged }
 		if plan.Enabled {
 			p.NextRotationAt = plan.NextRotationAt
@@ -172,6 +178,10 @@ var maxDNSChecksPerRun = 300
 // that continue as new after maxDNSChecksPerRun checks: runs from before it
 // kept checking in one run, and replay the same way.
 const dnsWaitContinueAsNewChange = "dns-wait-continue-as-new"
+
+// settingsDuringLoadChange is the workflow.GetVersion change id of runs that
+// keep a settings signal received while the plan loads.
+const settingsDuringLoadChange = "settings-during-load"
 
 // Every step retries until it succeeds: a publisher or database that is down
 // delays a rotation, never fails it half-way. Each step is idempotent.

@@ -210,3 +210,19 @@ func (s *workflowSuite) TestALongDNSWaitContinuesAsNew() {
 	s.continuedAsNew()
 	// Never switched: Switch was not called.
 }
+
+// Settings signalled while the plan loads are not lost: the plan is loaded
+// again, and the new settings' timer runs.
+func (s *workflowSuite) TestSettingsDuringThePlanLoadAreKept() {
+	start := s.env.Now()
+	s.env.OnActivity(LoadPlanActivity, mock.Anything, domainID).Return(Plan{Active: true, Enabled: false}, nil).After(time.Minute).Once()
+	s.env.OnActivity(LoadPlanActivity, mock.Anything, domainID).Return(
+		Plan{Active: true, Enabled: true, NextRotationAt: start.Add(30 * time.Hour)}, nil).Once()
+	at := map[string][]time.Duration{}
+	s.expectRotation(1, at, start)
+	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(SettingsSignal, nil) }, 30*time.Second)
+	s.env.ExecuteWorkflow(WorkflowName, testInput)
+
+	s.continuedAsNew()
+	s.Equal([]time.Duration{30 * time.Hour}, at["begin"])
+}
