@@ -104,7 +104,17 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 		return nil, err
 	}
 	if len(owners) == 0 {
-		return nil, fieldError("body.domain", "no organization has "+domain+" as a verified sending domain")
+		// An event sent again after a 503 gets its deliveries started even
+		// if its domain stopped being verified meanwhile: they were
+		// accepted when it was.
+		deliveries, found, err := s.store.IngestedEventDeliveries(ctx, b.EventID)
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			return nil, fieldError("body.domain", "no organization has "+domain+" as a verified sending domain")
+		}
+		return s.startIngested(ctx, b.EventID, deliveries)
 	}
 	// Built once: every delivery and every retry sends these bytes.
 	body, err := webhook.BuildBody(string(b.EventType), b.Timestamp, b.MessageID, b.ToEmail, b.Subject)
@@ -122,12 +132,18 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 	if err != nil {
 		return nil, err
 	}
+	return s.startIngested(ctx, b.EventID, deliveries)
+}
+
+// startIngested starts the workflows of an ingested event's deliveries that
+// have none yet, and answers with their ids.
+func (s *Server) startIngested(ctx context.Context, eventID string, deliveries []store.Delivery) (*IngestEventResponse, error) {
 	if err := s.deliveries.StartFirstOf(ctx, deliveries); err != nil {
-		s.logger.WarnContext(ctx, "deliveries stored but not scheduled", "request_id", RequestID(ctx), "event_id", b.EventID, "error", err)
+		s.logger.WarnContext(ctx, "deliveries stored but not scheduled", "request_id", RequestID(ctx), "event_id", eventID, "error", err)
 		return nil, apperr.Errorf(apperr.Unavailable, "delivery",
 			"the deliveries are stored but could not all be scheduled; send the same event again")
 	}
-	out := IngestEventData{EventID: b.EventID, DeliveryIDs: make([]string, 0, len(deliveries))}
+	out := IngestEventData{EventID: eventID, DeliveryIDs: make([]string, 0, len(deliveries))}
 	for _, d := range deliveries {
 		out.DeliveryIDs = append(out.DeliveryIDs, d.ID)
 	}

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -192,4 +193,19 @@ func TestIngestWhileTemporalIsDown(t *testing.T) {
 		t.Fatalf("ids %v", ids)
 	}
 	rcv.waitFor(t, ids[0], 1)
+
+	// The domain stops being verified before the event is sent again: its
+	// deliveries were accepted, so they still start. A new event for the
+	// domain is refused.
+	post(t, downSrv.URL, "/internal/v1/events", internalToken, event("e-down-2", "shop.example", "bounced")).expectError(t, 503, "unavailable")
+	if _, err := h.store.DB.NewUpdate().Model((*store.Domain)(nil)).Set("status = ?", store.DomainFailed).
+		Where("domain = ?", "shop.example").Exec(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ids = deliveryIDs(t, post(t, h.internal().URL, "/internal/v1/events", internalToken, event("e-down-2", "shop.example", "bounced")), 202)
+	if len(ids) != 1 {
+		t.Fatalf("ids %v", ids)
+	}
+	rcv.waitFor(t, ids[0], 1)
+	post(t, h.internal().URL, "/internal/v1/events", internalToken, event("e-down-3", "shop.example", "bounced")).expectError(t, 422, "validation_failed")
 }

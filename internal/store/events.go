@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -71,8 +73,8 @@ func (s *Store) IngestEvent(ctx context.Context, ev *Event, owners []DomainOwner
 			if err := tx.NewSelect().Model(ev).Where("event_id = ?", ev.EventID).Scan(ctx); err != nil {
 				return err
 			}
-			return tx.NewSelect().Model(&deliveries).ExcludeColumn("body").
-				Where("event_id = ?", ev.ID).OrderExpr("id").Scan(ctx)
+			deliveries, err = eventDeliveries(ctx, tx, ev.ID)
+			return err
 		}
 		created = true
 		if len(owners) == 0 {
@@ -89,6 +91,30 @@ func (s *Store) IngestEvent(ctx context.Context, ev *Event, owners []DomainOwner
 		return err
 	})
 	return deliveries, created, err
+}
+
+// IngestedEventDeliveries returns the deliveries made when the event with
+// eventID was first ingested, and whether it was; for an event sent again
+// after its domain stopped being verified, whose deliveries still need their
+// workflows.
+func (s *Store) IngestedEventDeliveries(ctx context.Context, eventID string) (deliveries []Delivery, found bool, err error) {
+	var ev Event
+	err = s.DB.NewSelect().Model(&ev).Column("id").Where("event_id = ?", eventID).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	deliveries, err = eventDeliveries(ctx, s.DB, ev.ID)
+	return deliveries, err == nil, err
+}
+
+// eventDeliveries lists an event's deliveries, without their bodies.
+func eventDeliveries(ctx context.Context, db bun.IDB, eventID int64) ([]Delivery, error) {
+	var deliveries []Delivery
+	err := db.NewSelect().Model(&deliveries).ExcludeColumn("body").Where("event_id = ?", eventID).OrderExpr("id").Scan(ctx)
+	return deliveries, err
 }
 
 // StageEmailEvent stores the outcome event of an email Mailyard sent, with
