@@ -282,10 +282,13 @@ func (r *rewriter) trackLink(tok *html.Token) bool {
 // trackable returns the link to store for a decoded href and whether it is
 // to be tracked: an absolute http or https URL with a host, which net/url
 // parses (it refuses control characters, so "jav\tascript:" is never one).
-// Browsers trim C0 controls and spaces around a URL; so does this.
+// Browsers trim C0 controls and spaces around a URL; so does this. A link
+// that is not valid UTF-8 (a Latin-1 part's "café") is left as written: it
+// would be stored with U+FFFD in place of its bytes, and its clicks would
+// go to another URL.
 func trackable(href string) (string, bool) {
 	link := strings.TrimFunc(href, func(r rune) bool { return r <= ' ' })
-	if strings.Contains(link, Placeholder) {
+	if strings.Contains(link, Placeholder) || !utf8.ValidString(link) {
 		return "", false
 	}
 	u, err := url.Parse(link)

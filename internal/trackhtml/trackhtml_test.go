@@ -57,6 +57,11 @@ func TestRewrite(t *testing.T) {
 			links: []string{"https://x.example/"},
 		},
 		{
+			name: "not UTF-8 (a Latin-1 part's é): left alone",
+			in:   "<a href=\"https://x.example/caf\xe9\">x</a>",
+			want: "<a href=\"https://x.example/caf\xe9\">x</a>",
+		},
+		{
 			name: "not http(s): left alone",
 			in: `<a href="mailto:a@x.example">m</a><a href="tel:+1555">t</a><a href="#top">f</a><a href="/rel">r</a>` +
 				`<a href="javascript:alert(1)">j</a><a href=" JaVaScRiPt:alert(1)">j</a><a href="jav&#x09;ascript:alert(1)">j</a>` +
