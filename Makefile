@@ -89,6 +89,7 @@ FUZZ_TARGETS  := \
 	./internal/keys:FuzzDKIMRecordPublicKey \
 	./internal/mailmsg:FuzzValidate \
 	./internal/mailmsg:FuzzParseAddress \
+	./internal/mailmsg:FuzzPrepareSubmitted \
 	./internal/webhook:FuzzValidateURL \
 	./internal/webhook:FuzzRetryAfter \
 	./internal/webhook:FuzzBuildBody \

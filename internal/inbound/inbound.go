@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/emersion/go-smtp"
 	"github.com/google/uuid"
@@ -61,6 +62,11 @@ var (
 	// rest in another transaction, as after any 452).
 	errOtherEmail     = &smtp.SMTPError{Code: 452, EnhancedCode: smtp.EnhancedCode{4, 5, 3}, Message: "One email's return path per message, send the others separately"}
 	errTooManyRefused = &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 7, 0}, Message: "Too many refused recipients, closing connection"}
+	// go-smtp takes any byte in an address, a quoted NUL included, which
+	// PostgreSQL cannot store: such a message would get 451 on every retry.
+	// No address has control characters, so they are refused for good.
+	errBadSender    = &smtp.SMTPError{Code: 501, EnhancedCode: smtp.EnhancedCode{5, 1, 7}, Message: "Bad sender address syntax"}
+	errBadRecipient = &smtp.SMTPError{Code: 501, EnhancedCode: smtp.EnhancedCode{5, 1, 3}, Message: "Bad recipient address syntax"}
 )
 
 // tagsMigration is the migration that introduced tags: every email that
@@ -110,8 +116,12 @@ type session struct {
 	email *store.Email
 }
 
-// Mail accepts any sender, the null sender of bounces ("") included.
+// Mail accepts any sender, the null sender of bounces ("") included, but
+// one with a control character.
 func (s *session) Mail(from string, _ *smtp.MailOptions) error {
+	if strings.ContainsFunc(from, unicode.IsControl) {
+		return errBadSender
+	}
 	s.from = from
 	return nil
 }
@@ -133,6 +143,12 @@ func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 func (s *session) rcpt(to string) error {
 	if len(s.recipients) >= maxRecipients {
 		return errTooManyRecipients
+	}
+	// Refused before any lookup: store.SameAddress trims spaces, so a
+	// stored envelope sender followed by a VT or NEL would match, and the
+	// recipient be stored with it.
+	if strings.ContainsFunc(to, unicode.IsControl) {
+		return errBadRecipient
 	}
 	local, domain, ok := strings.Cut(to, "@")
 	if !ok {

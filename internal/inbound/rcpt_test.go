@@ -261,3 +261,37 @@ func TestStopWithAnIdleClient(t *testing.T) {
 		t.Fatalf("Serve: %v", err)
 	}
 }
+
+// An address with a control character is refused for good: go-smtp takes
+// any byte, a quoted NUL too, and a NUL in MAIL FROM could never be stored
+// (the message got 451 on every retry). A recipient that is a stored
+// envelope sender but for a trailing control character (which
+// store.SameAddress trims) is refused too; the refusal counts toward
+// maxRefused.
+func TestControlCharactersInAddresses(t *testing.T) {
+	f := newFixture(t, testenv.PostgresURL(t))
+	id := uuid.Must(uuid.NewV7()).String()
+	sender := f.tags.Sender(id, "mail.shop.example")
+	f.email(id, sender)
+	k := f.dial()
+	k.cmd("RSET", "250 ")
+	for _, from := range []string{"a\x00b@isp.example", "\"a\x00b\"@isp.example", "\"a\\\x00b\"@isp.example", "a@isp.example\x0b"} {
+		k.cmd("MAIL FROM:<"+from+">", "501 5.1.7 ")
+		k.cmd("RCPT TO:<fbl@bounces.example>", "502 ") // no sender: nothing to store
+	}
+	k.cmd("MAIL FROM:<ok@isp.example>", "250 ")
+	for _, to := range []string{sender + "\x0b", sender + "\u0085", "fbl@bounces.example\x00", "\"fbl\x00\"@bounces.example"} {
+		k.cmd("RCPT TO:<"+to+">", "501 5.1.3 ")
+	}
+	k.cmd("RCPT TO:<"+sender+">", "250 ")
+	k.cmd("DATA", "354 ")
+	k.cmd("Subject: report\r\n\r\nbody\r\n.", "250 ")
+
+	var got []store.InboundMessage
+	if err := f.st.DB.NewSelect().Model(&got).Scan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].MailFrom != "ok@isp.example" || len(got[0].Recipients) != 1 || got[0].Recipients[0] != sender {
+		t.Fatalf("stored %+v", got)
+	}
+}

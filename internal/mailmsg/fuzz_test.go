@@ -154,3 +154,31 @@ func splitList(s string) []string {
 	}
 	return strings.Split(s, listSeparator)
 }
+
+// FuzzPrepareSubmitted checks that a submitted message is refused or
+// gives a From at the domain and a Subject and display name without a
+// control character a header cannot carry (NUL above all, which PostgreSQL
+// cannot store).
+func FuzzPrepareSubmitted(f *testing.F) {
+	for _, s := range []string{
+		"From: a@example.com\r\nSubject: Hi\r\n\r\nbody\r\n",
+		"From: =?utf-8?q?Bil=00l?= <a@example.com>\r\nSubject: =?utf-8?q?a=00b?=\r\n\r\n",
+		"From: \"=?utf-8?b?QQ0KQg==?=\" <a@mail.example.com>\r\nSubject: =?iso-8859-1?q?=85?=\r\nBcc: b@x.example\r\n\r\n",
+		"From: a@example.com\r\nSubject: a\tb\r\n =?utf-8?q?=7F?=\r\n",
+	} {
+		f.Add([]byte(s), true)
+		f.Add([]byte(s), false)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, utf8 bool) {
+		_, info, err := PrepareSubmitted(raw, "em_fuzz", testDomain, testDate, utf8)
+		if err != nil {
+			return
+		}
+		if !underDomain(strings.ToLower(domainOf(info.From.Address)), testDomain) {
+			t.Fatalf("From %q is not at %s", info.From.Address, testDomain)
+		}
+		if hasHeaderControl(info.Subject) || hasHeaderControl(info.From.Name) {
+			t.Fatalf("subject %q or display name %q has a control character", info.Subject, info.From.Name)
+		}
+	})
+}

@@ -33,14 +33,18 @@ var (
 	ErrFromMissing = errors.New("the message must have exactly one From address")
 	ErrFromDomain  = errors.New("the From address is not at the credential's domain")
 	ErrNonASCII    = errors.New("8-bit header fields need SMTPUTF8")
+	// ErrControl is a Subject or From display name that decodes (RFC 2047)
+	// to a control character: see hasHeaderControl.
+	ErrControl = errors.New("the Subject or the From display name has a control character")
 )
 
 // PrepareSubmitted takes a message as its sender wrote it and returns the
 // bytes Mailyard signs and sends: the same header fields and body bytes,
 // with any Bcc field removed and Date and Message-ID (<emailID@domain>)
 // added at the top when missing. The From address must be at domain or a
-// subdomain of it. utf8 says whether the client declared SMTPUTF8; without
-// it, header fields must be ASCII.
+// subdomain of it, and its display name and the Subject must not decode to
+// a control character (ErrControl). utf8 says whether the client declared
+// SMTPUTF8; without it, header fields must be ASCII.
 func PrepareSubmitted(raw []byte, emailID, domain string, now time.Time, utf8 bool) ([]byte, Submitted, error) {
 	var info Submitted
 	end := bytes.Index(raw, []byte("\r\n\r\n"))
@@ -67,6 +71,9 @@ func PrepareSubmitted(raw []byte, emailID, domain string, now time.Time, utf8 bo
 	if !underDomain(strings.ToLower(domainOf(info.From.Address)), domain) {
 		return nil, info, ErrFromDomain
 	}
+	if hasHeaderControl(info.From.Name) {
+		return nil, info, ErrControl
+	}
 	for _, f := range []struct {
 		name string
 		dst  *[]string
@@ -79,6 +86,9 @@ func PrepareSubmitted(raw []byte, emailID, domain string, now time.Time, utf8 bo
 	info.Subject = mh.Get("Subject")
 	if dec, err := new(mime.WordDecoder).DecodeHeader(info.Subject); err == nil {
 		info.Subject = dec
+	}
+	if hasHeaderControl(info.Subject) {
+		return nil, info, ErrControl
 	}
 
 	var added bytes.Buffer
@@ -114,6 +124,19 @@ func withoutField(head []byte, name string) []byte {
 		}
 	}
 	return out
+}
+
+// hasHeaderControl reports whether s, a decoded header text, has a character
+// that a header field cannot carry written out: a C0 control other than TAB,
+// or DEL (RFC 5322 §2.2; net/textproto refuses such a raw byte, and so the
+// message, already). Encoded words decode to any character, NUL included,
+// which PostgreSQL cannot store: accepting one would answer 451 on every
+// retry. The API refuses these too; it also refuses TAB and C1 controls, which
+// are let through here: TAB is whitespace a header may hold, and Windows-1252
+// text labelled ISO-8859-1, a common mistake, decodes its quotes and dashes
+// to C1 controls.
+func hasHeaderControl(s string) bool {
+	return strings.ContainsFunc(s, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f })
 }
 
 func displayAddress(a mail.Address) string {

@@ -141,3 +141,63 @@ func TestRateLimitPerMessage(t *testing.T) {
 		t.Fatalf("%d emails stored (%v), want %d", n, err, burst)
 	}
 }
+
+// A Subject or From display name that decodes (RFC 2047) to a control
+// character is refused for good with 550 5.6.0, as the API refuses it with a
+// 422: a NUL could never be stored, and the 451 it got before was retried
+// for ever. TAB, which a header may hold, is kept. A recipient with a
+// control character is refused at RCPT TO by ParseAddress.
+func TestControlCharactersRefused(t *testing.T) {
+	f := newFixture(t, config.RateLimit{})
+	c, err := gosmtp.Dial(f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Auth(sasl.NewPlainClient("", f.user, f.secret)); err != nil {
+		t.Fatal(err)
+	}
+	sendHeader := func(header string) error {
+		if err := c.Mail("billing@shop.example", nil); err != nil {
+			return err
+		}
+		if err := c.Rcpt("ada@rcpt.example", nil); err != nil {
+			return err
+		}
+		w, err := c.Data()
+		if err != nil {
+			return err
+		}
+		_, _ = w.Write([]byte(header + "To: ada@rcpt.example\r\n\r\nHi.\r\n"))
+		return w.Close()
+	}
+	for _, header := range []string{
+		"From: billing@shop.example\r\nSubject: =?utf-8?q?a=00b?=\r\n",
+		"From: =?utf-8?q?Bil=00l?= <billing@shop.example>\r\nSubject: s\r\n",
+		"From: billing@shop.example\r\nSubject: =?utf-8?q?a=0D=0Ab?=\r\n",
+	} {
+		err := sendHeader(header)
+		var reply *gosmtp.SMTPError
+		if !errors.As(err, &reply) || reply.Code != 550 || reply.EnhancedCode != (gosmtp.EnhancedCode{5, 6, 0}) {
+			t.Errorf("%q: %v, want 550 5.6.0", header, err)
+		}
+	}
+	if err := c.Mail("billing@shop.example", nil); err != nil {
+		t.Fatal(err)
+	}
+	var reply *gosmtp.SMTPError
+	if err := c.Rcpt("a\x00da@rcpt.example", nil); !errors.As(err, &reply) || reply.Code != 501 || reply.EnhancedCode != (gosmtp.EnhancedCode{5, 1, 3}) {
+		t.Errorf("RCPT TO with a NUL: %v, want 501 5.1.3", err)
+	}
+	if err := c.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sendHeader("From: Bil\tl <billing@shop.example>\r\nSubject: =?utf-8?q?a=09b?=\r\n"); err != nil {
+		t.Fatalf("with TABs: %v", err)
+	}
+	var stored []string
+	if err := f.st.DB.NewSelect().Model((*store.Email)(nil)).Column("subject").Scan(context.Background(), &stored); err != nil ||
+		len(stored) != 1 || stored[0] != "a\tb" {
+		t.Fatalf("stored subjects %q, %v; want the message with TABs only", stored, err)
+	}
+}
