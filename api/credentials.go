@@ -79,7 +79,7 @@ type RevokedCredentialData struct {
 // CreateCredentialBody is the request of Create credential.
 type CreateCredentialBody struct {
 	SendingDomainID int64    `json:"sending_domain_id" minimum:"1" doc:"Id of a verified domain of your organization."`
-	Label           string   `json:"label" minLength:"1" doc:"Human-readable name, 1–100 characters after trimming."`
+	Label           string   `json:"label" minLength:"1" doc:"Human-readable name, 1–100 characters after trimming, no control characters."`
 	Permissions     []string `json:"permissions" nullable:"false" minItems:"1" enum:"send,stats,admin" doc:"Distinct values from send, stats, admin."`
 }
 
@@ -88,8 +88,14 @@ type CreateCredentialBody struct {
 func (b *CreateCredentialBody) Resolve(_ huma.Context, prefix *huma.PathBuffer) []error {
 	var errs []error
 	if b.Label != "" {
-		if n := utf8.RuneCountInString(strings.TrimSpace(b.Label)); n == 0 || n > maxLabelLength {
+		label := strings.TrimSpace(b.Label)
+		if n := utf8.RuneCountInString(label); n == 0 || n > maxLabelLength {
 			errs = append(errs, &huma.ErrorDetail{Location: prefix.With("label"), Message: "label must be 1 to " + strconv.Itoa(maxLabelLength) + " characters after trimming", Value: b.Label})
+		} else if hasControl(label) {
+			// Checked after trimming, which the stored label is: a NUL
+			// would be a 500 (the store cannot take it) and the other
+			// control characters garble every list that shows the label.
+			errs = append(errs, &huma.ErrorDetail{Location: prefix.With("label"), Message: "label must not contain control characters", Value: b.Label})
 		}
 	}
 	prefix.Push("permissions")

@@ -157,6 +157,14 @@ func TestCreateCredentialRefusals(t *testing.T) {
 		{"unknown permission", `{"sending_domain_id":%d,"label":"x","permissions":["send","root"]}`, []string{"body.permissions[1]"}},
 		{"duplicate permission", `{"sending_domain_id":%d,"label":"x","permissions":["send","stats","send"]}`, []string{"body.permissions[2]"}},
 		{"every field at once", `{"sending_domain_id":%d,"label":" ","permissions":["admin","admin","nope"]}`, []string{"body.label", "body.permissions[1]", "body.permissions[2]"}},
+		// The store cannot take a NUL (it was a 500); the other control
+		// characters, C0, DEL and C1, were stored as sent.
+		{"NUL in label", `{"sending_domain_id":%d,"label":"a\u0000b","permissions":["send"]}`, []string{"body.label"}},
+		{"C0 in label", `{"sending_domain_id":%d,"label":"a\u0001b","permissions":["send"]}`, []string{"body.label"}},
+		{"line break inside label", `{"sending_domain_id":%d,"label":"a\nb","permissions":["send"]}`, []string{"body.label"}},
+		{"DEL in label", `{"sending_domain_id":%d,"label":"a\u007fb","permissions":["send"]}`, []string{"body.label"}},
+		{"C1 in label", `{"sending_domain_id":%d,"label":"a\u0085b","permissions":["send"]}`, []string{"body.label"}},
+		{"NUL label and bad permission", `{"sending_domain_id":%d,"label":"\u0000","permissions":["send","send"]}`, []string{"body.label", "body.permissions[1]"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -188,6 +196,13 @@ func TestCreateCredentialRefusals(t *testing.T) {
 	h.do("POST", "/api/v1/credentials", h.adminKey, map[string]any{
 		"sending_domain_id": verified, "label": " " + strings.Repeat("é", 100) + " ", "permissions": []string{"send"},
 	}).data(t, 201)
+	// Line breaks and tabs around the label are trimmed, not refused.
+	created := h.do("POST", "/api/v1/credentials", h.adminKey, map[string]any{
+		"sending_domain_id": verified, "label": "\tpasted label\r\n", "permissions": []string{"send"},
+	}).data(t, 201)
+	if label := created["credential"].(map[string]any)["label"]; label != "pasted label" {
+		t.Fatalf("label stored as %q, want it trimmed", label)
+	}
 }
 
 func TestDeleteCredential(t *testing.T) {

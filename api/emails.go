@@ -455,7 +455,8 @@ func (s *Server) cancelEmail(ctx context.Context, in *EmailIDInput) (*Response[E
 // email was never scheduled, its workflow has ended) is 409
 // email_not_scheduled.
 func (s *Server) updateScheduled(ctx context.Context, id, update string, args ...any) (*Response[EmailData], error) {
-	if _, err := uuid.Parse(id); err != nil {
+	id, ok := canonicalUUID(id)
+	if !ok {
 		return nil, apperr.NotFoundf("email")
 	}
 	scope := emailScope(principalFrom(ctx))
@@ -517,10 +518,11 @@ func emailScope(p Principal) store.EmailScope {
 }
 
 func (s *Server) getEmail(ctx context.Context, in *EmailIDInput) (*Response[EmailData], error) {
-	if _, err := uuid.Parse(in.ID); err != nil {
+	id, ok := canonicalUUID(in.ID)
+	if !ok {
 		return nil, apperr.NotFoundf("email")
 	}
-	e, recipients, err := s.store.EmailInScope(ctx, emailScope(principalFrom(ctx)), in.ID)
+	e, recipients, err := s.store.EmailInScope(ctx, emailScope(principalFrom(ctx)), id)
 	if err != nil {
 		return nil, err
 	}
@@ -529,7 +531,7 @@ func (s *Server) getEmail(ctx context.Context, in *EmailIDInput) (*Response[Emai
 
 func (s *Server) listEmails(ctx context.Context, in *ListEmailsInput) (*Response[EmailList], error) {
 	const list = "emails"
-	page, err := storePage(in.PageQuery, list, defaultPageSize, func(id string) bool { _, err := uuid.Parse(id); return err == nil })
+	page, err := storePage(in.PageQuery, list, defaultPageSize, canonicalUUID)
 	if err != nil {
 		return nil, err
 	}
@@ -568,15 +570,16 @@ type ListEmailEventsInput struct {
 }
 
 func (s *Server) listEmailEvents(ctx context.Context, in *ListEmailEventsInput) (*Response[EmailEventList], error) {
-	if _, err := uuid.Parse(in.ID); err != nil {
+	id, ok := canonicalUUID(in.ID)
+	if !ok {
 		return nil, apperr.NotFoundf("email")
 	}
 	const list = "email-events"
-	page, err := storePage(in.PageQuery, list, defaultPageSize, func(id int64) bool { return id > 0 })
+	page, err := storePage(in.PageQuery, list, defaultPageSize, func(after int64) (int64, bool) { return after, after > 0 })
 	if err != nil {
 		return nil, err
 	}
-	rows, more, err := s.store.EmailEvents(ctx, emailScope(principalFrom(ctx)), in.ID, page)
+	rows, more, err := s.store.EmailEvents(ctx, emailScope(principalFrom(ctx)), id, page)
 	if err != nil {
 		return nil, err
 	}

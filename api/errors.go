@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"unicode"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/google/uuid"
 
 	"github.com/mailyard/mailyard/internal/apperr"
 )
@@ -141,6 +143,32 @@ func newError(code, message string, details ...ErrorDetail) *ErrorResponse {
 // fieldError is a 422 for one field, in the same shape as Huma's own validation errors.
 func fieldError(location, message string) *ErrorResponse {
 	return newError(CodeValidationFailed, "validation failed", ErrorDetail{Location: location, Message: message})
+}
+
+// Text from a request is checked with these before it reaches the store, so
+// that what the database cannot take is a 4xx rather than a 500.
+
+// hasNUL reports whether s holds a NUL. Bun refuses a NUL in a string (it
+// writes an error marker into the SQL, which PostgreSQL answers with a syntax
+// error), and a text column could not hold one anyway.
+func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
+
+// hasControl reports whether s holds a control character: C0 (NUL
+// included), DEL or C1. A name people read, such as a credential's label,
+// has no use for any of them.
+func hasControl(s string) bool { return strings.ContainsFunc(s, unicode.IsControl) }
+
+// canonicalUUID is the canonical form (lower-case, hyphenated) of the UUID
+// s, and whether s is one. uuid.Parse also accepts forms that PostgreSQL's
+// uuid type refuses (urn:uuid:...), and Temporal names an email's workflow
+// by the exact string: every id or cursor key that goes to SQL or Temporal
+// is this form.
+func canonicalUUID(s string) (string, bool) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return "", false
+	}
+	return id.String(), true
 }
 
 // notFoundError is a 404 that is not about a stored resource (an unknown route).

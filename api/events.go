@@ -95,6 +95,20 @@ func (s *Server) requireInternalToken(api huma.API) func(huma.Context, func(huma
 
 func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*IngestEventResponse, error) {
 	b := in.Body
+	// First, since even the look-up of an event sent again reads event_id:
+	// the store cannot take a NUL (Bun refuses one in a string). Other
+	// control characters are kept as the pipeline sent them.
+	var nuls []ErrorDetail
+	for _, f := range []struct{ name, value string }{
+		{"event_id", b.EventID}, {"message_id", b.MessageID}, {"to_email", b.ToEmail}, {"subject", b.Subject},
+	} {
+		if hasNUL(f.value) {
+			nuls = append(nuls, ErrorDetail{Location: "body." + f.name, Message: f.name + " must not contain a NUL character"})
+		}
+	}
+	if len(nuls) > 0 {
+		return nil, newError(CodeValidationFailed, "validation failed", nuls...)
+	}
 	domain, err := domainname.Normalize(b.Domain)
 	if err != nil {
 		return nil, fieldError("body.domain", err.Error())

@@ -147,6 +147,24 @@ func TestIngestRefusals(t *testing.T) {
 			return e
 		}(), "body.timestamp"},
 		{"no event id", func() map[string]any { e := event("", "pending.example", "delivered"); return e }(), "body.event_id"},
+		// The store cannot take a NUL: each was a 500.
+		{"NUL in event id", event("x6\x00", "verified.example", "complained"), "body.event_id"},
+		{"NUL in event id, unknown domain", event("x7\x00", "nobody.example", "delivered"), "body.event_id"},
+		{"NUL in message id", func() map[string]any {
+			e := event("x8", "verified.example", "complained")
+			e["message_id"] = "m\x00"
+			return e
+		}(), "body.message_id"},
+		{"NUL in to_email", func() map[string]any {
+			e := event("x9", "verified.example", "complained")
+			e["to_email"] = "ada\x00@customer.example"
+			return e
+		}(), "body.to_email"},
+		{"NUL in subject", func() map[string]any {
+			e := event("x10", "verified.example", "complained")
+			e["subject"] = "Hi\x00"
+			return e
+		}(), "body.subject"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := post(t, internal.URL, "/internal/v1/events", internalToken, c.body)

@@ -74,8 +74,9 @@ func errBadCursor() error {
 
 // storePage turns the query into the store's page request for the named list.
 // defaultLimit is the page size without a limit (0: every row, unless a cursor
-// asks for paging). valid, when set, checks a decoded key before it reaches SQL.
-func storePage[K cursorKey](q PageQuery, list string, defaultLimit int, valid func(K) bool) (store.Page, error) {
+// asks for paging). key, when set, checks a decoded key before it reaches SQL
+// and gives the form SQL gets (canonicalUUID for a UUID).
+func storePage[K cursorKey](q PageQuery, list string, defaultLimit int, key func(K) (K, bool)) (store.Page, error) {
 	p := store.Page{Limit: q.Limit}
 	if p.Limit == 0 {
 		p.Limit = defaultLimit
@@ -94,8 +95,11 @@ func storePage[K cursorKey](q PageQuery, list string, defaultLimit int, valid fu
 	if err := json.Unmarshal(raw, &c); err != nil || c.Version != cursorVersion || c.List != list {
 		return p, errBadCursor()
 	}
-	if valid != nil && !valid(c.After) {
-		return p, errBadCursor()
+	if key != nil {
+		var ok bool
+		if c.After, ok = key(c.After); !ok {
+			return p, errBadCursor()
+		}
 	}
 	p.After = c.After
 	return p, nil

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/url"
 	"strings"
@@ -200,6 +201,49 @@ func TestPaginationRefusesBadCursorsAndLimits(t *testing.T) {
 	d := h.do("GET", "/api/v1/domains?cursor="+domainsCursor, h.adminKey, nil).data(t, 200)
 	if n := len(d["domains"].([]any)); n != 2 || d["has_more"] != false || d["next_cursor"] != nil {
 		t.Fatalf("cursor without limit: %v", d)
+	}
+}
+
+// A cursor whose key is a UUID in another form than the canonical one the
+// API gives out pages from that row: the key goes to SQL in its canonical
+// form, since PostgreSQL's uuid type refuses urn:uuid:... (it was a 500).
+func TestCursorKeysInAnyUUIDForm(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	domainID := h.domainInStatus(h.orgID, "sweep.example", store.DomainVerified)
+	webhookID, _ := h.createWebhook(h.adminKey, "https://hooks.example.com/p", "delivered")
+	var ids []string
+	for i := range 3 {
+		id := h.storeEmail(ctx, domainID, fmt.Sprintf("0193a5c4-2f00-7000-8000-00000000000%d", i))
+		if err := h.store.CreateDelivery(ctx, &store.Delivery{ID: id, OrganizationID: h.orgID, WebhookID: webhookID, EventType: "delivered", Body: []byte("{}"), Status: store.DeliveryDelivered}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	cursorAfter := func(list, after string) string {
+		return base64.RawURLEncoding.EncodeToString([]byte(fmt.Sprintf(`{"v":1,"l":%q,"a":%q}`, list, after)))
+	}
+	deliveries := fmt.Sprintf("webhooks/%d/deliveries", webhookID)
+	for _, after := range []string{"urn:uuid:" + ids[2], strings.ToUpper(ids[2]), "{" + ids[2] + "}", strings.ReplaceAll(ids[2], "-", "")} {
+		for path, field := range map[string]string{
+			"/api/v1/emails?cursor=" + cursorAfter("emails", after):                                           "emails",
+			fmt.Sprintf("/api/v1/webhooks/%d/deliveries?cursor=", webhookID) + cursorAfter(deliveries, after): "deliveries",
+		} {
+			var got []string
+			for _, row := range h.do("GET", path, h.adminKey, nil).data(t, 200)[field].([]any) {
+				got = append(got, row.(map[string]any)["id"].(string))
+			}
+			// Both lists are newest first: after the newest come the others.
+			if fmt.Sprint(got) != fmt.Sprint([]string{ids[1], ids[0]}) {
+				t.Fatalf("%s after %s: %v, want %v", field, after, got, []string{ids[1], ids[0]})
+			}
+		}
+	}
+	for _, path := range []string{
+		"/api/v1/emails?cursor=" + cursorAfter("emails", "urn:uuid:nope"),
+		fmt.Sprintf("/api/v1/webhooks/%d/deliveries?cursor=", webhookID) + cursorAfter(deliveries, "urn:uuid:nope"),
+	} {
+		h.do("GET", path, h.adminKey, nil).expectError(t, 422, "validation_failed")
 	}
 }
 

@@ -85,6 +85,11 @@ func (s *Server) listSuppressions(ctx context.Context, in *ListSuppressionsInput
 }
 
 func (s *Server) deleteSuppression(ctx context.Context, in *SuppressionEmailInput) (*Response[SuppressionData], error) {
+	if hasNUL(in.Email) {
+		// Never on a list (a text column cannot hold a NUL), and the store
+		// cannot even look it up: answer like any address not on it.
+		return nil, notFoundError("suppression")
+	}
 	sup, err := s.store.DeleteSuppression(ctx, principalFrom(ctx).OrganizationID, in.Email)
 	if errors.Is(err, store.ErrNotFound) {
 		// The message never repeats the address: it is personal data.

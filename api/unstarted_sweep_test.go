@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -193,6 +194,43 @@ func (h *harness) storeScheduledEmail(ctx context.Context, domainID int64, id st
 		h.t.Fatal(err)
 	}
 	return id
+}
+
+// An email id in any form uuid.Parse accepts names the email: the API
+// passes its canonical form on, since PostgreSQL's uuid type refuses
+// urn:uuid:... (each route was a 500) and Temporal names the workflow by the
+// exact string.
+func TestEmailIDsInAnyUUIDForm(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	domainID := h.domainInStatus(h.orgID, "sweep.example", store.DomainVerified)
+	_, sendKey := h.issueCredential(h.adminKey, domainID, "sender", "send")
+	id := h.storeEmail(ctx, domainID, "0193a5c4-2f00-7000-8000-00000000abcd")
+	// Events are found by the text of the email's id: another form found none.
+	ev := event("uuid-forms-1", "sweep.example", "delivered")
+	ev["message_id"] = id
+	post(t, h.internal().URL, "/internal/v1/events", internalToken, ev).data(t, 202)
+	later := map[string]any{"scheduled_at": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}
+	for _, form := range []string{"urn:uuid:" + id, "URN:UUID:" + id, strings.ToUpper(id), "%7B" + id + "%7D", strings.ReplaceAll(id, "-", "")} {
+		t.Run(form, func(t *testing.T) {
+			e := h.do("GET", "/api/v1/emails/"+form, sendKey, nil).data(t, 200)["email"].(map[string]any)
+			if e["id"] != id {
+				t.Fatalf("GET answers the email %v, want %s", e["id"], id)
+			}
+			if events := h.do("GET", "/api/v1/emails/"+form+"/events", sendKey, nil).data(t, 200)["events"].([]any); len(events) != 1 {
+				t.Fatalf("the email has %d events, want 1", len(events))
+			}
+			// Found, and not scheduled (it has no workflow).
+			h.do("POST", "/api/v1/emails/"+form+"/cancel", sendKey, nil).expectError(t, 409, "email_not_scheduled")
+			h.do("PATCH", "/api/v1/emails/"+form, sendKey, later).expectError(t, 409, "email_not_scheduled")
+		})
+	}
+	// Another email's id in the urn form is still not found.
+	ghost := "urn:uuid:0193a5c4-2f00-7000-8000-00000000ffff"
+	h.do("GET", "/api/v1/emails/"+ghost, sendKey, nil).expectError(t, 404, "not_found")
+	h.do("GET", "/api/v1/emails/"+ghost+"/events", sendKey, nil).expectError(t, 404, "not_found")
+	h.do("POST", "/api/v1/emails/"+ghost+"/cancel", sendKey, nil).expectError(t, 404, "not_found")
+	h.do("PATCH", "/api/v1/emails/"+ghost, sendKey, later).expectError(t, 404, "not_found")
 }
 
 // A domain whose API process died before its onboarding started stays

@@ -159,7 +159,7 @@ func (s *Server) listDeliveries(ctx context.Context, in *ListDeliveriesInput) (*
 	}
 	// A cursor names its webhook: one of another webhook's list is refused.
 	list := fmt.Sprintf("webhooks/%d/deliveries", w.ID)
-	p, err := storePage(in.PageQuery, list, defaultPageSize, func(id string) bool { return uuid.Validate(id) == nil })
+	p, err := storePage(in.PageQuery, list, defaultPageSize, canonicalUUID)
 	if err != nil {
 		return nil, err
 	}
@@ -190,12 +190,12 @@ func (s *Server) retryDelivery(ctx context.Context, in *RetryDeliveryInput) (*Re
 	if err != nil {
 		return nil, err
 	}
-	id, err := uuid.Parse(in.DeliveryID)
-	if err != nil {
+	id, ok := canonicalUUID(in.DeliveryID)
+	if !ok {
 		// No delivery has an id that is not a UUID: answer like a missing one.
 		return nil, apperr.NotFoundf("delivery")
 	}
-	d, err := s.store.DeliveryOfWebhook(ctx, w.ID, id.String())
+	d, err := s.store.DeliveryOfWebhook(ctx, w.ID, id)
 	if err != nil {
 		return nil, err
 	}
