@@ -26,12 +26,17 @@ type scheduledEnv struct {
 	attemptCount int
 	// deferFirst makes the first attempt defer the recipient.
 	deferFirst bool
+	// rescheduleTakes is how long the reschedule step takes (workflow time).
+	rescheduleTakes time.Duration
 }
 
-func newScheduledEnv(t *testing.T) *scheduledEnv {
+func newScheduledEnv(t *testing.T, options ...func(*scheduledEnv)) *scheduledEnv {
 	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	env := &scheduledEnv{TestWorkflowEnvironment: s.NewTestWorkflowEnvironment()}
+	for _, o := range options {
+		o(env)
+	}
 	env.RegisterWorkflowWithOptions(Workflow, workflow.RegisterOptions{Name: WorkflowName})
 	env.RegisterActivityWithOptions(stubPrepare, activity.RegisterOptions{Name: PrepareActivity})
 	env.RegisterActivityWithOptions(stubAttempt, activity.RegisterOptions{Name: AttemptActivity})
@@ -57,7 +62,7 @@ func newScheduledEnv(t *testing.T) *scheduledEnv {
 	env.OnActivity(RescheduleActivity, mock.Anything, mock.Anything).Return(func(_ context.Context, in RescheduleActivityInput) error {
 		env.rescheduled = append(env.rescheduled, in.ScheduledAt)
 		return nil
-	})
+	}).After(env.rescheduleTakes)
 	env.OnActivity(CancelActivity, mock.Anything, mock.Anything).Return(func(context.Context, CancelInput) error {
 		env.canceled++
 		return nil
@@ -128,6 +133,25 @@ func TestRescheduleMovesTheTimer(t *testing.T) {
 				t.Fatalf("prepared at +%s, want +%s", env.preparedAt.Sub(start), move)
 			}
 		})
+	}
+}
+
+// A reschedule to a moment that comes before its step has recorded it sends
+// only once it has: the message is dated at the new time, which the store
+// then holds.
+func TestRescheduleRecordedBeforeSending(t *testing.T) {
+	env := newScheduledEnv(t, func(env *scheduledEnv) { env.rescheduleTakes = 10 * time.Second })
+	start := env.Now()
+	at, moved := start.Add(9*time.Hour), start.Add(time.Hour+time.Second)
+	var out updateOutcome
+	env.updateAt(time.Hour, RescheduleUpdate, &out, RescheduleInput{ScheduledAt: moved})
+	env.ExecuteWorkflow(WorkflowName, Input{EmailID: testEmailID, Retention: time.Hour, ScheduledAt: &at})
+	env.result(t)
+	if !out.accepted || out.err != nil || len(env.rescheduled) != 1 {
+		t.Fatalf("update %+v, recorded %v", out, env.rescheduled)
+	}
+	if recorded := start.Add(time.Hour + env.rescheduleTakes); env.preparedAt.Before(recorded) {
+		t.Fatalf("prepared at +%s, before the new time was recorded at +%s", env.preparedAt.Sub(start), recorded.Sub(start))
 	}
 }
 

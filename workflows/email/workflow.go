@@ -181,6 +181,11 @@ var firstAttemptOptions = workflow.LocalActivityOptions{
 // sending (docs/sending.md).
 const scheduledSendChange = "scheduled-send"
 
+// updatesBeforeSendChange is the workflow.GetVersion change id of runs that,
+// when their time comes while a reschedule or cancel is recording itself,
+// let it finish before sending.
+const updatesBeforeSendChange = "updates-before-send"
+
 // waitUntilScheduled waits, for a scheduled email, until its time, on a
 // durable timer the Temporal UI shows, while the reschedule and cancel
 // updates may move or end the wait. Once it returns without canceled,
@@ -219,18 +224,29 @@ func waitUntilScheduled(ctx, stepCtx workflow.Context, in Input) (canceled bool,
 		return false, err
 	}
 	for !begun && !canceled {
-		wait := at.Sub(workflow.Now(ctx))
-		if wait <= 0 {
-			break
+		if wait := at.Sub(workflow.Now(ctx)); wait > 0 {
+			changed = false
+			woken, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return changed || canceled })
+			if err != nil {
+				return false, err
+			}
+			if woken {
+				continue
+			}
 		}
-		changed = false
-		woken, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return changed || canceled })
-		if err != nil {
-			return false, err
+		// It is time. A reschedule to a moment that has already come may
+		// still be recording its time: sending now would date the message
+		// at the old time, and the store would keep it. Its step goes
+		// first; runs from before sent at once, and replay that way (the
+		// version is read only while an update is in flight).
+		if !workflow.AllHandlersFinished(ctx) &&
+			workflow.GetVersion(ctx, updatesBeforeSendChange, workflow.DefaultVersion, 1) == 1 {
+			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+				return false, err
+			}
+			continue
 		}
-		if !woken {
-			break // the timer fired: it is time
-		}
+		break
 	}
 	if canceled {
 		// The cancel's own step records it; end once it has.
