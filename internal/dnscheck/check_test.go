@@ -275,6 +275,25 @@ func TestLookupFailureSaysWhatHappened(t *testing.T) {
 	if res.Err == nil || !strings.Contains(res.Err.Error(), "SERVFAIL") || !strings.Contains(res.Err.Error(), "mail.servfail.test") {
 		t.Errorf("error = %v, want one naming the name and SERVFAIL", res.Err)
 	}
+	if strings.Contains(res.Err.Error(), "127.0.0.1") {
+		t.Errorf("error %q names the resolver's address, which customers see", res.Err)
+	}
+}
+
+// A resolver that refuses the connection (nothing listens on its port) is
+// reported without the addresses of either end.
+func TestUnreachableResolverIsNotNamedByAddress(t *testing.T) {
+	closed, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := closed.LocalAddr().String()
+	closed.Close()
+	checker := mustNew(t, addr, 2*time.Second)
+	res := checker.Check(context.Background(), []Expectation{{KindSPF, "mail.good.test", spfHost}})[0]
+	if res.Status != StatusLookupFailed || res.Err == nil || strings.Contains(res.Err.Error(), "127.0.0.1") {
+		t.Errorf("got %s (err %v), want lookup_failed without an address", res.Status, res.Err)
+	}
 }
 
 func TestTruncatedAnswerIsRetriedOverTCP(t *testing.T) {

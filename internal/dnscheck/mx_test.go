@@ -101,8 +101,8 @@ func TestMXAndAddrsReportResolverFailure(t *testing.T) {
 	started := time.Now()
 	if hosts, null, err := c.MX(context.Background(), "example.test"); err == nil || null || hosts != nil {
 		t.Errorf("MX = %v, %v, %v; want an error", hosts, null, err)
-	} else if !strings.Contains(err.Error(), "no answer") {
-		t.Errorf("MX error %q does not say there was no answer", err)
+	} else if !strings.Contains(err.Error(), "no answer") || strings.Contains(err.Error(), "127.0.0.1") {
+		t.Errorf("MX error %q does not say there was no answer, or names the resolver's address", err)
 	}
 	if addrs, err := c.Addrs(context.Background(), "example.test"); err == nil || addrs != nil {
 		t.Errorf("Addrs = %v, %v; want an error", addrs, err)

@@ -121,17 +121,25 @@ func recordsAt(answer []dns.RR, owner string, qtype uint16) []dns.RR {
 
 // exchange asks the servers in turn until one gives a usable answer
 // (NOERROR or NXDOMAIN), sharing the time left between them.
+//
+// Its errors name a server by its place in the list, never by address:
+// they reach customers (a domain's check results, an email's deferral), and
+// the resolvers' addresses are the operator's network, not theirs.
 func (c *Checker) exchange(ctx context.Context, msg *dns.Msg) (*dns.Msg, error) {
 	var errs []error
 	for i, server := range c.servers {
+		name := "the resolver"
+		if len(c.servers) > 1 {
+			name = "resolver " + strconv.Itoa(i+1)
+		}
 		attemptCtx, cancel := attemptContext(ctx, len(c.servers)-i)
-		resp, err := exchangeWith(attemptCtx, server, msg)
+		resp, err := exchangeWith(attemptCtx, server, name, msg)
 		cancel()
 		if err == nil && (resp.Rcode == dns.RcodeSuccess || resp.Rcode == dns.RcodeNameError) {
 			return resp, nil
 		}
 		if err == nil {
-			err = fmt.Errorf("%s answered %s", server, rcodeName(resp.Rcode))
+			err = fmt.Errorf("%s answered %s", name, rcodeName(resp.Rcode))
 		}
 		errs = append(errs, err)
 		if ctx.Err() != nil {
@@ -152,8 +160,9 @@ func attemptContext(ctx context.Context, remaining int) (context.Context, contex
 }
 
 // exchangeWith asks one server over UDP, and again over TCP when the UDP
-// answer is truncated (a long TXT record may not fit).
-func exchangeWith(ctx context.Context, server string, msg *dns.Msg) (*dns.Msg, error) {
+// answer is truncated (a long TXT record may not fit). Its errors call the
+// server name.
+func exchangeWith(ctx context.Context, server, name string, msg *dns.Msg) (*dns.Msg, error) {
 	started := time.Now()
 	resp, _, err := (&dns.Client{Net: "udp", UDPSize: ednsBufferSize}).ExchangeContext(ctx, msg, server)
 	if err == nil && resp.Truncated {
@@ -161,9 +170,16 @@ func exchangeWith(ctx context.Context, server string, msg *dns.Msg) (*dns.Msg, e
 	}
 	if err != nil {
 		if isTimeout(err) {
-			return nil, fmt.Errorf("no answer from %s within %s", server, time.Since(started).Round(time.Millisecond))
+			return nil, fmt.Errorf("no answer from %s within %s", name, time.Since(started).Round(time.Millisecond))
 		}
-		return nil, fmt.Errorf("%s: %w", server, err)
+		// A network error's text holds both addresses ("read udp
+		// 10.0.0.5:41234->10.0.0.2:53: connection refused"): keep what
+		// happened, not where.
+		var opErr *net.OpError
+		if errors.As(err, &opErr) && opErr.Err != nil {
+			err = opErr.Err
+		}
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return resp, nil
 }
