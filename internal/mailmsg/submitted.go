@@ -29,7 +29,10 @@ type Submitted struct {
 // Problems of a submitted message; the SMTP server answers each with its
 // own reply (docs/submission.md).
 var (
-	ErrNoHeader    = errors.New("the message has no header section")
+	ErrNoHeader = errors.New("the message has no header section")
+	// ErrBadHeader is a header section net/textproto cannot read (a line
+	// without a colon, a raw control character in a field).
+	ErrBadHeader   = errors.New("the message header cannot be read")
 	ErrFromMissing = errors.New("the message must have exactly one From address")
 	ErrFromDomain  = errors.New("the From address is not at the credential's domain")
 	ErrNonASCII    = errors.New("8-bit header fields need SMTPUTF8")
@@ -60,7 +63,7 @@ func PrepareSubmitted(raw []byte, emailID, domain string, now time.Time, utf8 bo
 	}
 	h, err := textproto.NewReader(bufio.NewReader(bytes.NewReader(append(head[:len(head):len(head)], '\r', '\n')))).ReadMIMEHeader()
 	if err != nil {
-		return nil, info, fmt.Errorf("the message header cannot be read: %w", err)
+		return nil, info, fmt.Errorf("%w: %v", ErrBadHeader, err)
 	}
 	mh := mail.Header(h)
 	froms, err := mh.AddressList("From")

@@ -57,6 +57,7 @@ var (
 	errBadRecipient = &smtp.SMTPError{Code: 501, EnhancedCode: smtp.EnhancedCode{5, 1, 3}, Message: "Bad recipient address syntax"}
 	errNeedsUTF8    = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 6, 7}, Message: "Non-ASCII header fields need SMTPUTF8 (MAIL FROM ... SMTPUTF8)"}
 	errBadHeader    = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 6, 0}, Message: "The message needs a header with exactly one From address"}
+	errUnreadable   = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 6, 0}, Message: "The message header cannot be read: each field is a name, a colon and printable text (RFC 5322)"}
 	// errControl is permanent: the API refuses the same text with a 422,
 	// and a NUL could never be stored, so a 451 would be retried for ever.
 	errControl = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 6, 0}, Message: "The Subject or the From display name contains a control character"}
@@ -230,6 +231,8 @@ func (s *session) Data(r io.Reader) error {
 		return errNeedsUTF8
 	case errors.Is(err, mailmsg.ErrControl):
 		return errControl
+	case errors.Is(err, mailmsg.ErrBadHeader):
+		return errUnreadable
 	case err != nil:
 		return errBadHeader
 	}

@@ -182,6 +182,15 @@ func TestControlCharactersRefused(t *testing.T) {
 			t.Errorf("%q: %v, want 550 5.6.0", header, err)
 		}
 	}
+	// A raw control character, or a line without a colon, makes the header
+	// unreadable: the reply says so, not that a From is missing.
+	for _, header := range []string{"From: billing@shop.example\r\nSubject: a\x01b\r\n", "From: billing@shop.example\r\nno colon\r\n"} {
+		err := sendHeader(header)
+		var reply *gosmtp.SMTPError
+		if !errors.As(err, &reply) || reply.Code != 550 || !strings.Contains(reply.Message, "cannot be read") {
+			t.Errorf("%q: %v, want 550 saying the header cannot be read", header, err)
+		}
+	}
 	if err := c.Mail("billing@shop.example", nil); err != nil {
 		t.Fatal(err)
 	}
