@@ -29,6 +29,8 @@ type IngestEventInput struct {
 		MessageID string              `json:"message_id" maxLength:"998"`
 		ToEmail   string              `json:"to_email" maxLength:"320"`
 		Subject   string              `json:"subject" maxLength:"998"`
+		URL       string              `json:"url,omitempty" maxLength:"2048" doc:"clicked only: the link the recipient followed."`
+		UserAgent string              `json:"user_agent,omitempty" maxLength:"512" doc:"opened and clicked only: the recipient's user agent."`
 	}
 }
 
@@ -98,16 +100,25 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 	// First, since even the look-up of an event sent again reads event_id:
 	// the store cannot take a NUL (Bun refuses one in a string). Other
 	// control characters are kept as the pipeline sent them.
-	var nuls []ErrorDetail
+	var problems []ErrorDetail
 	for _, f := range []struct{ name, value string }{
 		{"event_id", b.EventID}, {"message_id", b.MessageID}, {"to_email", b.ToEmail}, {"subject", b.Subject},
+		{"url", b.URL}, {"user_agent", b.UserAgent},
 	} {
 		if hasNUL(f.value) {
-			nuls = append(nuls, ErrorDetail{Location: "body." + f.name, Message: f.name + " must not contain a NUL character"})
+			problems = append(problems, ErrorDetail{Location: "body." + f.name, Message: f.name + " must not contain a NUL character"})
 		}
 	}
-	if len(nuls) > 0 {
-		return nil, newError(CodeValidationFailed, "validation failed", nuls...)
+	// The data of each event type is the catalogue's (docs/webhooks.md).
+	eventType := eventtype.Type(b.EventType)
+	if b.URL != "" && eventType != eventtype.Clicked {
+		problems = append(problems, ErrorDetail{Location: "body.url", Message: "only a clicked event has a url"})
+	}
+	if b.UserAgent != "" && eventType != eventtype.Clicked && eventType != eventtype.Opened {
+		problems = append(problems, ErrorDetail{Location: "body.user_agent", Message: "only an opened or clicked event has a user_agent"})
+	}
+	if len(problems) > 0 {
+		return nil, newError(CodeValidationFailed, "validation failed", problems...)
 	}
 	domain, err := domainname.Normalize(b.Domain)
 	if err != nil {
@@ -131,7 +142,8 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 		return s.startIngested(ctx, b.EventID, deliveries)
 	}
 	// Built once: every delivery and every retry sends these bytes.
-	body, err := webhook.BuildBody(string(b.EventType), b.Timestamp, b.MessageID, b.ToEmail, b.Subject)
+	body, err := webhook.BuildEnvelope(string(b.EventType), b.Timestamp,
+		webhook.EmailEventData{MessageID: b.MessageID, ToEmail: b.ToEmail, Subject: b.Subject, URL: b.URL, UserAgent: b.UserAgent})
 	if errors.Is(err, webhook.ErrTimestampOutOfRange) {
 		return nil, fieldError("body.timestamp", err.Error())
 	}

@@ -52,6 +52,12 @@ func event(id, domain, eventType string) map[string]any {
 	}
 }
 
+// withField returns e with one more field.
+func withField(e map[string]any, name, value string) map[string]any {
+	e[name] = value
+	return e
+}
+
 func deliveryIDs(t *testing.T, r response, status int) []string {
 	t.Helper()
 	var ids []string
@@ -116,6 +122,16 @@ func TestIngestDeliversSignedEventsOnce(t *testing.T) {
 		t.Fatalf("delivery log %v", page)
 	}
 
+	// An opened event carries its user agent, as Mailyard's own do.
+	opened := deliveryIDs(t, post(t, internal.URL, "/internal/v1/events", internalToken,
+		withField(event("e-opened", "shop.example", "opened"), "user_agent", "Mozilla/5.0 (X11)")), 202)
+	if len(opened) != 1 {
+		t.Fatalf("opened fanned out to %v", opened)
+	}
+	if got := rcv.waitFor(t, opened[0], 1)[0]; !strings.Contains(got.Body, `"subject":"Your <order> & receipt","user_agent":"Mozilla/5.0 (X11)"}`) {
+		t.Fatalf("opened body %s", got.Body)
+	}
+
 	// No subscribed webhook: accepted, no deliveries.
 	if ids := deliveryIDs(t, post(t, internal.URL, "/internal/v1/events", internalToken, event("e2", "shop.example", "clicked")), 202); len(ids) != 0 {
 		t.Fatalf("clicked fanned out to %v", ids)
@@ -165,6 +181,9 @@ func TestIngestRefusals(t *testing.T) {
 			e["subject"] = "Hi\x00"
 			return e
 		}(), "body.subject"},
+		// The catalogue's data: url for clicked, user_agent for opened and clicked.
+		{"url on a delivered event", withField(event("x11", "verified.example", "delivered"), "url", "https://x.example/"), "body.url"},
+		{"user_agent on a bounced event", withField(event("x12", "verified.example", "bounced"), "user_agent", "Mozilla/5.0"), "body.user_agent"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := post(t, internal.URL, "/internal/v1/events", internalToken, c.body)

@@ -114,10 +114,19 @@ var errSeriesRunning = apperr.Errorf(apperr.Conflict, "delivery", "this delivery
 // errWebhookDisabled refuses to send to a disabled webhook.
 var errWebhookDisabled = apperr.Errorf(apperr.Conflict, "webhook", "this webhook is disabled (see its disabled_reason); enable it with PATCH /api/v1/webhooks/{id} and status enabled")
 
-// sampleEvent is what a test delivery carries: recognisable, and no one's
-// personal data.
+// sampleEvent is what a test delivery carries: recognisable, no one's
+// personal data, and every field the event type has, so that a receiver
+// can be tested on the real shape.
 func sampleEvent(eventType string, at time.Time) ([]byte, error) {
-	return webhook.BuildBody(eventType, at, uuid.NewString(), "recipient@example.com", "Mailyard test event")
+	data := webhook.EmailEventData{MessageID: uuid.NewString(), ToEmail: "recipient@example.com", Subject: "Mailyard test event"}
+	switch eventtype.Type(eventType) {
+	case eventtype.Clicked:
+		data.URL = "https://example.com/"
+		fallthrough
+	case eventtype.Opened:
+		data.UserAgent = "Mozilla/5.0 (Mailyard test event)"
+	}
+	return webhook.BuildEnvelope(eventType, at, data)
 }
 
 func (s *Server) testWebhook(ctx context.Context, in *TestWebhookInput) (*Response[DeliveryData], error) {

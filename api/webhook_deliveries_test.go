@@ -78,6 +78,16 @@ func TestTestEventAndRedelivery(t *testing.T) {
 		t.Fatalf("attempts after redelivery %v", attempts)
 	}
 
+	// A test clicked or opened event has the fields the real one has.
+	for eventType, want := range map[string]string{
+		"clicked": `"url":"https://example.com/","user_agent":"Mozilla/5.0 (Mailyard test event)"`,
+		"opened":  `"subject":"Mailyard test event","user_agent":"Mozilla/5.0 (Mailyard test event)"}`,
+	} {
+		if got := rcv.waitFor(t, h.sendTest(id, map[string]any{"event_type": eventType}), 1)[0]; !strings.Contains(got.Body, want) {
+			t.Fatalf("test %s event %s, want it to hold %s", eventType, got.Body, want)
+		}
+	}
+
 	// Default body: a delivered event. Unknown delivery ids are 404.
 	if got := rcv.waitFor(t, h.sendTest(id, nil), 1)[0]; got.Header.Get("X-Service-Event") != "delivered" {
 		t.Fatalf("default test event %v", got.Header)

@@ -22,6 +22,7 @@ import (
 
 var eventsUsage = `Usage: mailyard events emit --domain NAME --type TYPE [--event-id ID]
                             [--to ADDRESS] [--subject TEXT] [--message-id ID] [--timestamp RFC3339]
+                            [--url URL] [--user-agent TEXT]
 
 Sends one email event to the internal ingest endpoint (MAILYARD_INTERNAL_ADDR,
 authenticated with MAILYARD_INTERNAL_TOKEN) and prints the delivery ids.
@@ -43,6 +44,8 @@ func cmdEvents(ctx context.Context, args []string) error {
 	subject := fs.String("subject", "Hello from Mailyard", "message subject")
 	messageID := fs.String("message-id", "", "message id; default: a new UUID")
 	timestamp := fs.String("timestamp", "", "event time, RFC 3339; default: now")
+	url := fs.String("url", "", "clicked only: the link followed")
+	userAgent := fs.String("user-agent", "", "opened and clicked only: the recipient's user agent")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -71,10 +74,17 @@ func cmdEvents(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	body, err := json.Marshal(map[string]any{
+	event := map[string]any{
 		"event_id": *eventID, "domain": *domain, "event_type": *eventType, "timestamp": at.Format(time.RFC3339),
 		"message_id": *messageID, "to_email": *to, "subject": *subject,
-	})
+	}
+	if *url != "" {
+		event["url"] = *url
+	}
+	if *userAgent != "" {
+		event["user_agent"] = *userAgent
+	}
+	body, err := json.Marshal(event)
 	if err != nil {
 		return err
 	}

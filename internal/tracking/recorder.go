@@ -15,6 +15,7 @@ import (
 	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/tracktoken"
+	"github.com/mailyard/mailyard/internal/webhook"
 )
 
 // Recorder records what recipients do with tracked emails: the event (the
@@ -25,15 +26,6 @@ import (
 type Recorder struct {
 	Store *store.Store
 	Runs  *deliveryruns.Runs
-}
-
-// engagementData is the data of opened, clicked and unsubscribed events.
-type engagementData struct {
-	MessageID string `json:"message_id"`
-	ToEmail   string `json:"to_email"`
-	Subject   string `json:"subject"`
-	URL       string `json:"url,omitempty"`
-	UserAgent string `json:"user_agent,omitempty"`
 }
 
 // maxUserAgent bounds the user agent kept in an event, in bytes.
@@ -76,7 +68,7 @@ func (r *Recorder) record(ctx context.Context, t tracktoken.Token, what store.En
 		if !first {
 			counter = ""
 		}
-		data := engagementData{MessageID: e.ID, ToEmail: rcpt.Address, Subject: e.Subject, URL: url, UserAgent: cleanUserAgent(userAgent)}
+		data := webhook.EmailEventData{MessageID: e.ID, ToEmail: rcpt.Address, Subject: e.Subject, URL: url, UserAgent: cleanUserAgent(userAgent)}
 		if _, err := emailevent.Record(ctx, tx, e, domain, store.EmailEventIDPrefix(e.ID)+eventKey, typ, counter, rcpt.Address, at, data); err != nil {
 			return err
 		}

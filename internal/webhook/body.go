@@ -15,10 +15,14 @@ type eventBody struct {
 	Data      any    `json:"data"`
 }
 
-type eventData struct {
+// EmailEventData is the data of an email event (docs/webhooks.md, "The
+// event catalogue"): opened adds the user agent, clicked the URL too.
+type EmailEventData struct {
 	MessageID string `json:"message_id"`
 	ToEmail   string `json:"to_email"`
 	Subject   string `json:"subject"`
+	URL       string `json:"url,omitempty"`
+	UserAgent string `json:"user_agent,omitempty"`
 }
 
 // ErrTimestampOutOfRange refuses an event time whose UTC year RFC 3339 cannot
@@ -29,7 +33,7 @@ var ErrTimestampOutOfRange = errors.New("the timestamp must fall between the yea
 // timestamp in RFC 3339 UTC ("2026-11-21T10:00:00Z"). The bytes are built
 // once per delivery and stored, so every retry sends and signs the same bytes.
 func BuildBody(eventType string, ts time.Time, messageID, toEmail, subject string) ([]byte, error) {
-	return BuildEnvelope(eventType, ts, eventData{MessageID: messageID, ToEmail: toEmail, Subject: subject})
+	return BuildEnvelope(eventType, ts, EmailEventData{MessageID: messageID, ToEmail: toEmail, Subject: subject})
 }
 
 // BuildEnvelope returns a delivery body with any data object: the one
