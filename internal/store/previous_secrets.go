@@ -113,9 +113,20 @@ func (s *Store) PreviousSecrets(ctx context.Context, webhookID int64) ([]Previou
 }
 
 // ErasePreviousSecrets deletes every expired previous secret and reports
-// how many it deleted.
+// how many it deleted. On PostgreSQL it skips rows another transaction holds:
+// a rotation deletes its webhook's expired secrets too, and two deletes of
+// the same rows in different orders could deadlock; the next sweep takes
+// what this one left.
 func (s *Store) ErasePreviousSecrets(ctx context.Context) (int64, error) {
-	res, err := s.DB.NewDelete().Model((*PreviousSecret)(nil)).Where("expires_at <= ?", now()).Exec(ctx)
+	del := s.DB.NewDelete().Model((*PreviousSecret)(nil))
+	if s.IsPostgres() {
+		expired := s.DB.NewSelect().Model((*PreviousSecret)(nil)).Column("id").
+			Where("expires_at <= ?", now()).For("UPDATE SKIP LOCKED")
+		del = del.Where("id IN (?)", expired)
+	} else {
+		del = del.Where("expires_at <= ?", now())
+	}
+	res, err := del.Exec(ctx)
 	if err != nil {
 		return 0, err
 	}

@@ -475,3 +475,42 @@ func TestWebhookChangesStillTakeTurns(t *testing.T) {
 		t.Fatalf("webhook %+v %v", got, err)
 	}
 }
+
+// The sweep of expired previous secrets skips rows another transaction
+// holds (a rotation of that webhook deletes its expired secrets too, maybe in
+// another order: waiting could deadlock). It erases the rest at once, and
+// the held rows on a later pass.
+func TestEraseSweepSkipsHeldSecrets(t *testing.T) {
+	st := openRaceStore(t, testenv.PostgresURL(t))
+	ctx := context.Background()
+	f := newLockFixture(t, st, "erase", 1, 0, store.EventTypes{"delivered"})
+	past := time.Now().UTC().Add(-time.Hour)
+	var ids []int64
+	for range 3 {
+		row := &store.PreviousSecret{WebhookID: f.hooks[0].ID, SecretEnc: []byte("x"), ReplacedAt: past.Add(-time.Hour), ExpiresAt: past}
+		if _, err := st.DB.NewInsert().Model(row).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, row.ID)
+	}
+	tx, err := st.DB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.NewSelect().Model((*store.PreviousSecret)(nil)).Column("id").Where("id = ?", ids[0]).For("UPDATE").Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	sweepCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if n, err := st.ErasePreviousSecrets(sweepCtx); err != nil || n != 2 {
+		t.Fatalf("sweep beside a held row: %d erased, %v; want the 2 others at once", n, err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.ErasePreviousSecrets(ctx); err != nil || n != 1 {
+		t.Fatalf("next sweep: %d erased, %v; want the one left", n, err)
+	}
+}
