@@ -2,6 +2,7 @@ package rotation
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -135,8 +136,8 @@ func Workflow(ctx workflow.Context, in Input) error {
 		// it is missing; without a fresh run the history would reach
 		// Temporal's limit, and the workflow would be terminated. The next
 		// run finds the rotation waiting (LoadPlan) and goes on checking.
-		if (p.DNSChecks >= maxDNSChecksPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested()) &&
-			workflow.GetVersion(ctx, dnsWaitContinueAsNewChange, workflow.DefaultVersion, 1) == 1 {
+		if (p.DNSChecks%maxDNSChecksPerRun == 0 || workflow.GetInfo(ctx).GetContinueAsNewSuggested()) &&
+			workflow.GetVersion(ctx, dnsWaitContinueAsNew(p.DNSChecks), workflow.DefaultVersion, 1) == 1 {
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return err
 			}
@@ -174,10 +175,16 @@ func Workflow(ctx workflow.Context, in Input) error {
 // (4 Ki events by default). A variable so that tests can lower it.
 var maxDNSChecksPerRun = 300
 
-// dnsWaitContinueAsNewChange is the workflow.GetVersion change id of runs
-// that continue as new after maxDNSChecksPerRun checks: runs from before it
-// kept checking in one run, and replay the same way.
-const dnsWaitContinueAsNewChange = "dns-wait-continue-as-new"
+// dnsWaitContinueAsNew is the workflow.GetVersion change id of runs that
+// continue as new after maxDNSChecksPerRun checks: runs from before it kept
+// checking in one run, and replay the same way. The id changes with every
+// maxDNSChecksPerRun checks, because a run's first GetVersion of an id fixes
+// its answer: a run from before, past its first maxDNSChecksPerRun checks
+// when a new worker takes it over, answers DefaultVersion there on replay,
+// and continues as new at the next multiple, which the new worker reaches.
+func dnsWaitContinueAsNew(checks int) string {
+	return "dns-wait-continue-as-new/" + strconv.Itoa(checks/maxDNSChecksPerRun)
+}
 
 // settingsDuringLoadChange is the workflow.GetVersion change id of runs that
 // keep a settings signal received while the plan loads.
