@@ -72,6 +72,10 @@ type Params struct {
 	// length of their Result.Links): MaxLinks is for the whole email, so this
 	// body tracks at most MaxLinks-LinksBefore distinct URLs.
 	LinksBefore int
+	// NotUTF8 says the HTML is in another charset (ISO-8859-1, GB2312...):
+	// a link with non-ASCII bytes is then left as written, since its bytes
+	// read as UTF-8, even validly, would be another URL.
+	NotUTF8 bool
 }
 
 // Result is one recipient's rewritten HTML.
@@ -259,7 +263,7 @@ func (r *rewriter) trackLink(tok *html.Token) bool {
 	if href < 0 {
 		return false
 	}
-	link, ok := trackable(tok.Attr[href].Val)
+	link, ok := trackable(tok.Attr[href].Val, r.p.NotUTF8)
 	if !ok {
 		return false
 	}
@@ -283,12 +287,15 @@ func (r *rewriter) trackLink(tok *html.Token) bool {
 // to be tracked: an absolute http or https URL with a host, which net/url
 // parses (it refuses control characters, so "jav\tascript:" is never one).
 // Browsers trim C0 controls and spaces around a URL; so does this. A link
-// that is not valid UTF-8 (a Latin-1 part's "café") is left as written: it
-// would be stored with U+FFFD in place of its bytes, and its clicks would
-// go to another URL.
-func trackable(href string) (string, bool) {
+// that is not valid UTF-8 (a Latin-1 part's "café"), or that has non-ASCII
+// characters in a part that is not UTF-8 (asciiOnly), is left as written:
+// stored and redirected to as UTF-8, its clicks would go to another URL.
+func trackable(href string, asciiOnly bool) (string, bool) {
 	link := strings.TrimFunc(href, func(r rune) bool { return r <= ' ' })
 	if strings.Contains(link, Placeholder) || !utf8.ValidString(link) {
+		return "", false
+	}
+	if asciiOnly && strings.ContainsFunc(link, func(r rune) bool { return r >= utf8.RuneSelf }) {
 		return "", false
 	}
 	u, err := url.Parse(link)

@@ -209,6 +209,23 @@ func TestNothingToDo(t *testing.T) {
 	}
 }
 
+// In a part that is not UTF-8, a link with non-ASCII bytes is left as
+// written even when they happen to be valid UTF-8 (GB2312's C4 A1 reads as
+// U+0121): tracked, it would redirect to another URL. ASCII links are
+// tracked as in any part.
+func TestNotUTF8(t *testing.T) {
+	in := "<a href=\"https://x.example/\xc4\xa1\">a</a><a href=\"https://y.example/\">b</a>"
+	res, err := Rewrite([]byte(in), Params{ClickURL: clickURL, NotUTF8: true})
+	want := "<a href=\"https://x.example/\xc4\xa1\">a</a><a href=\"https://t.example/c/0\">b</a>"
+	if err != nil || string(res.HTML) != want || !slices.Equal(res.Links, []string{"https://y.example/"}) {
+		t.Errorf("got %q, %q, %v; want %q", res.HTML, res.Links, err, want)
+	}
+	// The same bytes in a UTF-8 part are a link like any other.
+	if res, err := Rewrite([]byte(in), Params{ClickURL: clickURL}); err != nil || len(res.Links) != 2 {
+		t.Errorf("UTF-8 part: %q, %v", res.Links, err)
+	}
+}
+
 func TestMaxLinks(t *testing.T) {
 	var b strings.Builder
 	for i := range MaxLinks + 5 {

@@ -78,8 +78,8 @@ func (l *Links) Personalize(raw []byte, base string, s Settings, emailID uuid.UU
 
 	var out Personalized
 	var mintErr error
-	rewrite := func(body []byte, html bool) ([]byte, error) {
-		if !html {
+	rewrite := func(body []byte, part trackmime.Part) ([]byte, error) {
+		if !part.HTML {
 			if unsubscribeURL == "" {
 				return body, nil
 			}
@@ -88,7 +88,7 @@ func (l *Links) Personalize(raw []byte, base string, s Settings, emailID uuid.UU
 		// Several HTML parts (rare) number their links one after another,
 		// and share the email's cap on links: an index must fit in a token.
 		offset := len(out.Links)
-		p := trackhtml.Params{PixelURL: pixel, UnsubscribeURL: unsubscribeURL, LinksBefore: offset}
+		p := trackhtml.Params{PixelURL: pixel, UnsubscribeURL: unsubscribeURL, LinksBefore: offset, NotUTF8: !part.UTF8()}
 		if s.Clicks {
 			p.ClickURL = func(i int) string {
 				tok, err := mint(tracktoken.Token{Kind: tracktoken.Click, Link: offset + i})

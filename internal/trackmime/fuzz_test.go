@@ -32,7 +32,7 @@ func FuzzRewrite(f *testing.F) {
 		if err != nil || !bytes.Equal(same, in) {
 			t.Fatalf("identity: %v\nin:  %q\nout: %q", err, in, same)
 		}
-		out, err := Rewrite(in, func(body []byte, _ bool) ([]byte, error) {
+		out, err := Rewrite(in, func(body []byte, _ Part) ([]byte, error) {
 			return append(body[:len(body):len(body)], 'X'), nil
 		})
 		if err != nil {
@@ -60,7 +60,7 @@ func FuzzRewrite(f *testing.F) {
 // collect returns the decoded bodies Rewrite hands to its Rewriter.
 func collect(msg []byte) ([][]byte, error) {
 	var bodies [][]byte
-	_, err := Rewrite(msg, func(body []byte, _ bool) ([]byte, error) {
+	_, err := Rewrite(msg, func(body []byte, _ Part) ([]byte, error) {
 		bodies = append(bodies, bytes.Clone(body))
 		return body, nil
 	})

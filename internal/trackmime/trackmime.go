@@ -65,9 +65,28 @@ var (
 	ErrTooComplex = errors.New("MIME message too complex")
 )
 
-// Rewriter rewrites one decoded text body. html is true for text/html parts,
-// false for text/plain. Returning body unchanged keeps the part's bytes.
-type Rewriter func(body []byte, html bool) ([]byte, error)
+// Part describes a text body given to a Rewriter.
+type Part struct {
+	// HTML is true for text/html, false for text/plain.
+	HTML bool
+	// Charset is the part's charset parameter, lower-cased; "" means
+	// us-ascii (RFC 2045 §5.2). It is one of those asciiCompatible allows.
+	Charset string
+}
+
+// UTF8 reports whether the part's text is UTF-8 (us-ascii is too): only
+// then do its non-ASCII bytes mean what they would in a URL or a database.
+func (p Part) UTF8() bool {
+	switch p.Charset {
+	case "", "us-ascii", "ascii", "utf-8", "utf8":
+		return true
+	}
+	return false
+}
+
+// Rewriter rewrites one decoded text body. Returning body unchanged keeps
+// the part's bytes.
+type Rewriter func(body []byte, part Part) ([]byte, error)
 
 // Rewrite returns raw with fn applied to each text body it rewrites (see the
 // package comment), in the order they appear.
@@ -240,7 +259,7 @@ func (w *walker) text(out *bytes.Buffer, raw []byte, h header, html bool, charse
 		out.Write(raw) // x-uuencode and the like: not ours to guess at
 		return nil
 	}
-	rewritten, err := w.fn(body, html)
+	rewritten, err := w.fn(body, Part{HTML: html, Charset: strings.ToLower(strings.TrimSpace(charset))})
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"mime/quotedprintable"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -14,15 +15,15 @@ const unsubURL = "https://t.example/u/r1"
 
 // track stands in for trackhtml: it replaces the placeholder in both kinds
 // of part and marks HTML ones.
-func track(body []byte, html bool) ([]byte, error) {
+func track(body []byte, part Part) ([]byte, error) {
 	out := bytes.ReplaceAll(body, []byte("{{unsubscribe_url}}"), []byte(unsubURL))
-	if html {
+	if part.HTML {
 		out = append(out, "<img src=x>"...)
 	}
 	return out, nil
 }
 
-func identity(body []byte, _ bool) ([]byte, error) { return body, nil }
+func identity(body []byte, _ Part) ([]byte, error) { return body, nil }
 
 func qp(s string) string {
 	var b bytes.Buffer
@@ -150,7 +151,7 @@ func TestBase64HTML(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want, _ := track([]byte(html), true); string(dec) != string(want) {
+	if want, _ := track([]byte(html), Part{HTML: true}); string(dec) != string(want) {
 		t.Errorf("decoded %q", dec)
 	}
 }
@@ -192,7 +193,7 @@ func TestSevenBitTooLong(t *testing.T) {
 			if head+"\r\n\r\n" != tt.wantHead {
 				t.Errorf("header %q", head)
 			}
-			want, _ := track([]byte(tt.body), true)
+			want, _ := track([]byte(tt.body), Part{HTML: true})
 			if strings.Contains(tt.wantHead, "quoted-printable") {
 				for _, l := range strings.Split(body, "\r\n") {
 					if len(l) > 76 {
@@ -226,6 +227,29 @@ func TestUntouched(t *testing.T) {
 		if err != nil || string(out) != m {
 			t.Errorf("%s: got %q, %v", name, out, err)
 		}
+	}
+}
+
+// The rewriter learns each part's charset, lower-cased, and whether it is
+// UTF-8 (us-ascii, or no charset at all, is).
+func TestPartCharset(t *testing.T) {
+	msg := "Content-Type: multipart/alternative; boundary=b\r\n\r\n" +
+		"--b\r\nContent-Type: text/plain\r\n\r\nplain\r\n" +
+		"--b\r\nContent-Type: text/html; charset=\"GB2312\"\r\n\r\n<p>gb</p>\r\n" +
+		"--b\r\nContent-Type: text/html; charset=UTF-8\r\n\r\n<p>utf</p>\r\n--b--\r\n"
+	var got []Part
+	if _, err := Rewrite([]byte(msg), func(body []byte, part Part) ([]byte, error) {
+		got = append(got, part)
+		return body, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []Part{{HTML: false, Charset: ""}, {HTML: true, Charset: "gb2312"}, {HTML: true, Charset: "utf-8"}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("parts %+v, want %+v", got, want)
+	}
+	if !got[0].UTF8() || got[1].UTF8() || !got[2].UTF8() {
+		t.Errorf("UTF8() of %+v: %v %v %v", got, got[0].UTF8(), got[1].UTF8(), got[2].UTF8())
 	}
 }
 
@@ -277,14 +301,14 @@ func TestErrors(t *testing.T) {
 	for name, tt := range tests {
 		fn := track
 		if name == "boundary in output" {
-			fn = func(body []byte, _ bool) ([]byte, error) { return []byte("x\r\n--b\r\ny"), nil }
+			fn = func(body []byte, _ Part) ([]byte, error) { return []byte("x\r\n--b\r\ny"), nil }
 		}
 		if _, err := Rewrite([]byte(tt.msg), fn); !errors.Is(err, tt.want) {
 			t.Errorf("%s: got %v, want %v", name, err, tt.want)
 		}
 	}
 	boom := errors.New("boom")
-	if _, err := Rewrite([]byte("\r\nx"), func([]byte, bool) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
+	if _, err := Rewrite([]byte("\r\nx"), func([]byte, Part) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
 		t.Errorf("the rewriter's error: got %v", err)
 	}
 }
