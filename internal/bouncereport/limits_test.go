@@ -249,10 +249,10 @@ func TestTruncated(t *testing.T) {
 	}
 }
 
-// TestInvalidUTF8InFields: a report's facts are stored as text, where
-// PostgreSQL refuses invalid UTF-8; a forged report must not make its
-// handling fail on every retry. (net/textproto already refuses a field with
-// a NUL: it and the fields after it are not read.)
+// TestInvalidUTF8InFields: a report's facts are stored as text and sent in
+// webhooks; invalid UTF-8 in them comes out as U+FFFD, as the store would
+// write it. (net/textproto already refuses a field with a NUL: it and the
+// fields after it are not read.)
 func TestInvalidUTF8InFields(t *testing.T) {
 	raw := readTestdata(t, "postfix-hard.eml")
 	at := bytes.LastIndex(raw, []byte("User unknown"))

@@ -144,10 +144,11 @@ func (s *session) rcpt(to string) error {
 	if len(s.recipients) >= maxRecipients {
 		return errTooManyRecipients
 	}
-	// Refused before any lookup: store.SameAddress trims spaces, so a
-	// stored envelope sender followed by a VT or NEL would match, and the
-	// recipient be stored with it.
-	if strings.ContainsFunc(to, unicode.IsControl) {
+	// Refused before any lookup: store.SameAddress trims white space, so
+	// a stored envelope sender followed by a VT, NEL or NBSP would match,
+	// and the recipient be stored with it. No address this host answers
+	// for has either.
+	if strings.ContainsFunc(to, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }) {
 		return errBadRecipient
 	}
 	local, domain, ok := strings.Cut(to, "@")

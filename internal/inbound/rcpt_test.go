@@ -280,7 +280,7 @@ func TestControlCharactersInAddresses(t *testing.T) {
 		k.cmd("RCPT TO:<fbl@bounces.example>", "502 ") // no sender: nothing to store
 	}
 	k.cmd("MAIL FROM:<ok@isp.example>", "250 ")
-	for _, to := range []string{sender + "\x0b", sender + "\u0085", "fbl@bounces.example\x00", "\"fbl\x00\"@bounces.example"} {
+	for _, to := range []string{sender + "\x0b", sender + "\u0085", sender + "\u00a0", sender + "\u3000", "fbl@bounces.example\x00", "\"fbl\x00\"@bounces.example"} {
 		k.cmd("RCPT TO:<"+to+">", "501 5.1.3 ")
 	}
 	k.cmd("RCPT TO:<"+sender+">", "250 ")

@@ -691,3 +691,19 @@ func TestHostileReplyIsCleaned(t *testing.T) {
 	r := send(t, s, "a@example.test")[0]
 	wantResult(t, r, smtpsend.HardBounce, 550, "5.1.1 no\uFFFDsuch \uFFFDuser")
 }
+
+// A network error reaches the customer as what happened at the server the
+// message names, without the connection's own addresses.
+func TestNetworkErrorNamesNoLocalAddress(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	r := relaySender(t, addr).Send(context.Background(), "bounces@shop.example", []string{"a@example.test"}, message)[0]
+	wantResult(t, r, smtpsend.Deferred, 0, addr+": connect: connection refused")
+	if strings.Contains(r.Message, "dial tcp") {
+		t.Errorf("message %q repeats the dialer's addresses", r.Message)
+	}
+}

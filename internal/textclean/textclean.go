@@ -1,8 +1,11 @@
 // Package textclean makes text from outside (a remote server's reply, a
 // report's field, an error naming a receiver's certificate) fit to store and
 // show: one line of valid UTF-8 without control characters, of bounded
-// length. PostgreSQL refuses NUL and invalid UTF-8 in text columns, so
-// without it one hostile byte makes a write fail on every retry.
+// length. A NUL makes a write fail (Bun refuses it in a string, and a text
+// column could not hold it): without this, one hostile byte would fail the
+// write on every retry. Invalid UTF-8 would be stored changed, each bad
+// byte as U+FFFD; here it is replaced the same way before, so what is kept
+// is what callers see.
 package textclean
 
 import (
