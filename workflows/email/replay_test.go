@@ -26,6 +26,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 	for _, v := range []string{"v1", "v2", "v3", "v4", "v5"} {
 		testenv.ReplayHistories(t, "testdata/email-delivery-"+v+"-*.json", 5, email.Workflow, email.WorkflowName)
 	}
+	// A reschedule still recording itself when the time came: before the
+	// updates-before-send change the run sent at once (and ended with the
+	// step in flight); after it, it waits for the step, behind a marker.
+	testenv.ReplayHistories(t, "testdata/email-delivery-inflight-*.json", 2, email.Workflow, email.WorkflowName)
 }
 
 // Marker names in a history (protojson varies the spaces).
