@@ -132,7 +132,7 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 		// An event sent again after a 503 gets its deliveries started even
 		// if its domain stopped being verified meanwhile: they were
 		// accepted when it was.
-		deliveries, found, err := s.store.IngestedEventDeliveries(ctx, b.EventID)
+		deliveries, found, err := s.store.IngestedEventDeliveries(ctx, b.EventID, domain)
 		if err != nil {
 			return nil, err
 		}

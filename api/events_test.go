@@ -245,4 +245,6 @@ func TestIngestWhileTemporalIsDown(t *testing.T) {
 	}
 	rcv.waitFor(t, ids[0], 1)
 	post(t, h.internal().URL, "/internal/v1/events", internalToken, event("e-down-3", "shop.example", "bounced")).expectError(t, 422, "validation_failed")
+	// The same event id for another domain no one verified is not that event.
+	post(t, h.internal().URL, "/internal/v1/events", internalToken, event("e-down-2", "other.example", "bounced")).expectError(t, 422, "validation_failed")
 }

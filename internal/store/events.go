@@ -94,12 +94,12 @@ func (s *Store) IngestEvent(ctx context.Context, ev *Event, owners []DomainOwner
 }
 
 // IngestedEventDeliveries returns the deliveries made when the event with
-// eventID was first ingested, and whether it was; for an event sent again
-// after its domain stopped being verified, whose deliveries still need their
-// workflows.
-func (s *Store) IngestedEventDeliveries(ctx context.Context, eventID string) (deliveries []Delivery, found bool, err error) {
+// eventID was first ingested for domain, and whether it was; for an event
+// sent again after its domain stopped being verified, whose deliveries still
+// need their workflows.
+func (s *Store) IngestedEventDeliveries(ctx context.Context, eventID, domain string) (deliveries []Delivery, found bool, err error) {
 	var ev Event
-	err = s.DB.NewSelect().Model(&ev).Column("id").Where("event_id = ?", eventID).Scan(ctx)
+	err = s.DB.NewSelect().Model(&ev).Column("id").Where("event_id = ?", eventID).Where("domain = ?", domain).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, nil
 	}
