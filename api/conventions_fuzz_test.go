@@ -9,6 +9,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/mailyard/mailyard/internal/store"
@@ -18,7 +19,8 @@ import (
 //   - Any cursor string a client sends is either refused with the documented
 //     422 validation error on query.cursor, or decodes to a key of the list's
 //     type with paging on (a page size from 1 up); a decoded key re-encoded
-//     as a cursor of the same list decodes to the same key.
+//     as a cursor of the same list decodes to the same key. With the UUID
+//     lists' key check, a decoded key is a canonical UUID.
 //   - Any key a page ends with (an id, or a UUID-like string) makes a
 //     next_cursor that decodes back to that key for its own list and is
 //     refused by every other list.
@@ -50,6 +52,13 @@ func FuzzPageCursor(f *testing.F) {
 		checkPage(t, q, ps, err, list, func(after any) string {
 			return nextCursorFor(t, list, after.(string))
 		})
+		// With the UUID lists' key check, a key that reaches SQL is a
+		// canonical UUID (PostgreSQL's uuid type refuses other forms).
+		if pu, err := storePage[string](q, list, 0, canonicalUUID); err == nil && pu.After != nil {
+			if key, ok := pu.After.(string); !ok || !canonicalForm(key) {
+				t.Fatalf("cursor %q gave the key %#v", cursorText, pu.After)
+			}
+		}
 
 		// Keys a page can end with make cursors that come back intact.
 		checkRoundTrip(t, list, id)
@@ -155,4 +164,10 @@ func FuzzIdempotencyKey(f *testing.F) {
 			t.Fatalf("bindings of (%d, %q) and (%d, %q): equal = %v", org, key, otherOrg, otherKey, !same)
 		}
 	})
+}
+
+// canonicalForm reports whether s is a UUID as uuid.UUID.String writes it.
+func canonicalForm(s string) bool {
+	id, err := uuid.Parse(s)
+	return err == nil && id.String() == s
 }
