@@ -15,7 +15,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 // A run recorded before runs ended after maxDNSChecksPerRun checks replays
 // with the limit below its number of checks: the change is versioned.
 func TestReplayLongDNSWait(t *testing.T) {
-	defer func(n int) { maxDNSChecksPerRun = n }(maxDNSChecksPerRun)
-	maxDNSChecksPerRun = longDNSWaitChecks - 2
+	defer maxDNSChecksPerRun.Store(maxDNSChecksPerRun.Load())
+	maxDNSChecksPerRun.Store(longDNSWaitChecks - 2)
 	testenv.ReplayHistories(t, "testdata/dkim-rotation-v1-long-dns-wait.json", 1, Workflow, WorkflowName)
 }

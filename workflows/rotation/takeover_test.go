@@ -22,8 +22,8 @@ import (
 // a limit too high to be reached stands for the old code (it reads no
 // version, as the old code did not).
 func TestTakeOverOfALongDNSWait(t *testing.T) {
-	defer func(n int) { maxDNSChecksPerRun = n }(maxDNSChecksPerRun)
-	maxDNSChecksPerRun = 1 << 30
+	defer maxDNSChecksPerRun.Store(maxDNSChecksPerRun.Load())
+	maxDNSChecksPerRun.Store(1 << 30)
 	tc, err := client.Dial(client.Options{HostPort: testenv.OwnTemporal(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func TestTakeOverOfALongDNSWait(t *testing.T) {
 	old := newWorker()
 	ctx := context.Background()
 	in := Input{DomainID: domainID, Retain: time.Millisecond, RecheckEvery: 20 * time.Millisecond}
-	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: WorkflowID(domainID), TaskQueue: queue}, WorkflowName, in)
+	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: WorkflowID(domainID), TaskQueue: queue, WorkflowTaskTimeout: time.Second}, WorkflowName, in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestTakeOverOfALongDNSWait(t *testing.T) {
 	old.Stop()
 	// The new worker replays the history from the start.
 	worker.PurgeStickyWorkflowCache()
-	maxDNSChecksPerRun = 3
+	maxDNSChecksPerRun.Store(3)
 	defer newWorker().Stop()
 
 	waitCtx, cancel := context.WithTimeout(ctx, 60*time.Second)

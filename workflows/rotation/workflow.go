@@ -3,6 +3,7 @@ package rotation
 import (
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -136,7 +137,7 @@ func Workflow(ctx workflow.Context, in Input) error {
 		// it is missing; without a fresh run the history would reach
 		// Temporal's limit, and the workflow would be terminated. The next
 		// run finds the rotation waiting (LoadPlan) and goes on checking.
-		if (p.DNSChecks%maxDNSChecksPerRun == 0 || workflow.GetInfo(ctx).GetContinueAsNewSuggested()) &&
+		if (p.DNSChecks%int(maxDNSChecksPerRun.Load()) == 0 || workflow.GetInfo(ctx).GetContinueAsNewSuggested()) &&
 			workflow.GetVersion(ctx, dnsWaitContinueAsNew(p.DNSChecks), workflow.DefaultVersion, 1) == 1 {
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return err
@@ -172,18 +173,27 @@ func Workflow(ctx workflow.Context, in Input) error {
 
 // maxDNSChecksPerRun bounds the DNS checks of one run: about 11 history
 // events each, so a run stays under Temporal's suggestion to continue as new
-// (4 Ki events by default). A variable so that tests can lower it.
-var maxDNSChecksPerRun = 300
+// (4 Ki events by default). Changing it changes where a run reads its
+// version, so closed runs would no longer replay: it is a variable only so
+// that tests can lower it (atomically: a test's workers may still run).
+var maxDNSChecksPerRun = newLimit(300)
 
-// dnsWaitContinueAsNew is the workflow.GetVersion change id of runs that
-// continue as new after maxDNSChecksPerRun checks: runs from before it kept
-// checking in one run, and replay the same way. The id changes with every
-// maxDNSChecksPerRun checks, because a run's first GetVersion of an id fixes
-// its answer: a run from before, past its first maxDNSChecksPerRun checks
-// when a new worker takes it over, answers DefaultVersion there on replay,
-// and continues as new at the next multiple, which the new worker reaches.
+func newLimit(n int32) *atomic.Int32 {
+	var l atomic.Int32
+	l.Store(n)
+	return &l
+}
+
+// dnsWaitContinueAsNew is the workflow.GetVersion change id, at a number of
+// checks, of runs that continue as new during a long DNS wait: runs from
+// before kept checking in one run, and replay the same way. The id names the
+// check, because a run's first GetVersion of an id fixes its answer: a run
+// from before that a new worker takes over answers DefaultVersion for the
+// checks it replays, and continues as new at the first one it makes itself
+// (at once when Temporal already suggests it, else at the next multiple of
+// maxDNSChecksPerRun).
 func dnsWaitContinueAsNew(checks int) string {
-	return "dns-wait-continue-as-new/" + strconv.Itoa(checks/maxDNSChecksPerRun)
+	return "dns-wait-continue-as-new/" + strconv.Itoa(checks)
 }
 
 // settingsDuringLoadChange is the workflow.GetVersion change id of runs that

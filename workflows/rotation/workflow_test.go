@@ -200,8 +200,8 @@ func (s *workflowSuite) TestANotVerifiedDomainHasNothingToRotate() {
 // its history grows to Temporal's limit; the next run resumes the waiting
 // rotation (TestResumesARotationStoppedHalfWay).
 func (s *workflowSuite) TestALongDNSWaitContinuesAsNew() {
-	defer func(n int) { maxDNSChecksPerRun = n }(maxDNSChecksPerRun)
-	maxDNSChecksPerRun = 4
+	defer maxDNSChecksPerRun.Store(maxDNSChecksPerRun.Load())
+	maxDNSChecksPerRun.Store(4)
 	s.env.OnActivity(LoadPlanActivity, mock.Anything, domainID).Return(Plan{Active: true, Enabled: true, NextRotationAt: s.env.Now()}, nil).Once()
 	s.env.OnActivity(BeginActivity, mock.Anything, domainID).Return(begun, nil).Once()
 	s.env.OnActivity(ConfirmStandbyActivity, mock.Anything, domainID).Return(false, nil).Times(4)
