@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/textproto"
-	"os"
 
 	"github.com/emersion/go-smtp"
 
+	"github.com/mailyard/mailyard/internal/egress"
 	"github.com/mailyard/mailyard/internal/textclean"
 )
 
@@ -132,22 +132,8 @@ func describe(ctx context.Context, where, step string, err error) string {
 	if errors.As(err, &netErr) && netErr.Timeout() {
 		return prefix + "no reply in time"
 	}
-	// Customers read this: where already names the server, and the
-	// network errors' own texts would add Mailyard's side (the resolver's
-	// address, the local address of the connection).
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) {
-		return prefix + "DNS lookup of " + dnsErr.Name + " failed: " + dnsErr.Err
-	}
-	var opErr *net.OpError
-	if errors.As(err, &opErr) && opErr.Err != nil {
-		err = opErr.Err
-	}
-	var sysErr *os.SyscallError // "connect: connection refused": step says which
-	if errors.As(err, &sysErr) {
-		err = sysErr.Err
-	}
-	return prefix + err.Error()
+	// where already names the server.
+	return prefix + egress.Describe(err)
 }
 
 // truncate keeps Message one line of at most MaxMessageLen bytes of valid

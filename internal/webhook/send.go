@@ -124,7 +124,6 @@ func describeError(err error, timeout time.Duration) string {
 		err = urlErr.Err
 	}
 	var netErr net.Error
-	var dnsErr *net.DNSError
 	switch {
 	case errors.Is(err, egress.ErrBlockedAddress):
 		var opErr *net.OpError
@@ -139,10 +138,6 @@ func describeError(err error, timeout time.Duration) string {
 			return "timed out after " + timeout.String()
 		}
 		return "timed out"
-	case errors.As(err, &dnsErr):
-		// Without the resolver's address, which net.DNSError names: the
-		// customer has no business knowing Mailyard's network.
-		return "DNS lookup of " + dnsErr.Name + " failed: " + dnsErr.Err
 	}
-	return err.Error()
+	return egress.Describe(err)
 }
