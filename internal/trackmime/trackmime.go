@@ -228,6 +228,7 @@ func delimiter(line, dash []byte) (ok, closing bool) {
 
 // text writes a text part, rewritten if it is one to rewrite.
 func (w *walker) text(out *bytes.Buffer, raw []byte, h header, html bool, charset string) error {
+	charset = strings.ToLower(strings.TrimSpace(charset)) // charset=" UTF-8 " is seen
 	disp, err := h.value("Content-Disposition")
 	if err != nil {
 		return err
@@ -259,7 +260,7 @@ func (w *walker) text(out *bytes.Buffer, raw []byte, h header, html bool, charse
 		out.Write(raw) // x-uuencode and the like: not ours to guess at
 		return nil
 	}
-	rewritten, err := w.fn(body, Part{HTML: html, Charset: strings.ToLower(strings.TrimSpace(charset))})
+	rewritten, err := w.fn(body, Part{HTML: html, Charset: charset})
 	if err != nil {
 		return err
 	}
@@ -302,9 +303,8 @@ func (w *walker) checkNoDelimiter(part []byte) error {
 
 // asciiCompatible says whether a charset writes ASCII as ASCII and uses no
 // ASCII bytes for anything else, so that a byte-level rewrite is safe.
-// Absent means us-ascii (RFC 2045 §5.2).
-func asciiCompatible(charset string) bool {
-	c := strings.ToLower(charset)
+// Absent means us-ascii (RFC 2045 §5.2). c is lower-case and trimmed.
+func asciiCompatible(c string) bool {
 	switch {
 	case c == "", c == "us-ascii", c == "ascii", c == "utf-8", c == "utf8",
 		c == "koi8-r", c == "koi8-u", c == "euc-jp", c == "euc-kr", c == "gb2312":

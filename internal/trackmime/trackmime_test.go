@@ -236,7 +236,7 @@ func TestPartCharset(t *testing.T) {
 	msg := "Content-Type: multipart/alternative; boundary=b\r\n\r\n" +
 		"--b\r\nContent-Type: text/plain\r\n\r\nplain\r\n" +
 		"--b\r\nContent-Type: text/html; charset=\"GB2312\"\r\n\r\n<p>gb</p>\r\n" +
-		"--b\r\nContent-Type: text/html; charset=UTF-8\r\n\r\n<p>utf</p>\r\n--b--\r\n"
+		"--b\r\nContent-Type: text/html; charset=\" UTF-8 \"\r\n\r\n<p>utf</p>\r\n--b--\r\n"
 	var got []Part
 	if _, err := Rewrite([]byte(msg), func(body []byte, part Part) ([]byte, error) {
 		got = append(got, part)
