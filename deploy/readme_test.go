@@ -19,15 +19,7 @@ var toolVariables = []string{"MAILYARD_TEMPORAL_CLI"}
 // The README's configuration table lists every variable the binary reads, and
 // nothing it does not.
 func TestReadmeConfigurationTable(t *testing.T) {
-	data, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(data), "\n## Configuration\n")
-	if !ok {
-		t.Fatal("README.md has no ## Configuration section")
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
+	section := readmeSection(t, "\n## Configuration\n", "\n## ")
 	var listed []string
 	for _, line := range strings.Split(section, "\n") {
 		if cells := strings.Split(line, "|"); len(cells) > 2 {
@@ -49,15 +41,7 @@ func TestReadmeConfigurationTable(t *testing.T) {
 // The README's code layout names every package of internal/ and workflows/,
 // so it cannot fall behind the tree.
 func TestReadmeCodeLayout(t *testing.T) {
-	data, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, layout, ok := strings.Cut(string(data), "Code layout")
-	if !ok {
-		t.Fatal("README.md has no code layout")
-	}
-	layout, _, _ = strings.Cut(layout, "\n\n## ")
+	layout := readmeSection(t, "Code layout", "\n\n## ")
 	workflowsRow := regexp.MustCompile("`workflows/\\{([a-z,]+)\\}`").FindStringSubmatch(layout)
 	if workflowsRow == nil {
 		t.Fatal("the layout has no `workflows/{...}` row")
@@ -91,15 +75,7 @@ func TestReadmeCodeLayout(t *testing.T) {
 // The README's fuzzing table has a row for every fuzz test, naming its
 // package, so a new parser's invariant is written down where people look.
 func TestReadmeFuzzTable(t *testing.T) {
-	data, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, table, ok := strings.Cut(string(data), "\n### Fuzzing\n")
-	if !ok {
-		t.Fatal("README.md has no ### Fuzzing section")
-	}
-	table, _, _ = strings.Cut(table, "\n\n## ")
+	table := readmeSection(t, "\n### Fuzzing\n", "\n\n## ")
 	rows := map[string][]string{} // package → targets its rows name
 	row := regexp.MustCompile("^\\| ([^|]+) \\| `([^`]+)` \\|")
 	for _, line := range strings.Split(table, "\n") {
@@ -108,7 +84,7 @@ func TestReadmeFuzzTable(t *testing.T) {
 		}
 	}
 	fuzzFunc := regexp.MustCompile(`(?m)^func (Fuzz[A-Za-z0-9_]+)\(`)
-	err = filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -133,4 +109,20 @@ func TestReadmeFuzzTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// readmeSection returns the README's text after start, up to end (or its
+// end), failing the test when start is missing.
+func readmeSection(t *testing.T, start, end string) string {
+	t.Helper()
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), start)
+	if !ok {
+		t.Fatalf("README.md has no %q", strings.TrimSpace(start))
+	}
+	section, _, _ = strings.Cut(section, end)
+	return section
 }

@@ -89,16 +89,24 @@ func send(c *gosmtp.Client, subject string) (string, error) {
 // AUTH LOGIN works (go-sasl's client against this server's LOGIN), and
 // with Temporal unreachable a message is still stored, answered, and
 // promised: the API's sweep starts its workflow.
-func TestLoginAndTemporalDown(t *testing.T) {
-	f := newFixture(t, config.RateLimit{})
+// login connects to the fixture's server and authenticates with auth; the
+// connection closes when the test ends.
+func (f *fixture) login(t *testing.T, auth sasl.Client) *gosmtp.Client {
+	t.Helper()
 	c, err := gosmtp.Dial(f.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	if err := c.Auth(sasl.NewLoginClient(f.user, f.secret)); err != nil {
-		t.Fatalf("AUTH LOGIN: %v", err)
+	t.Cleanup(func() { c.Close() })
+	if err := c.Auth(auth); err != nil {
+		t.Fatalf("AUTH: %v", err)
 	}
+	return c
+}
+
+func TestLoginAndTemporalDown(t *testing.T) {
+	f := newFixture(t, config.RateLimit{})
+	c := f.login(t, sasl.NewLoginClient(f.user, f.secret))
 	reply, err := send(c, "logged in")
 	id, ok := strings.CutPrefix(strings.TrimPrefix(reply, "2.0.0 "), "queued as ")
 	if err != nil || !ok {
@@ -117,21 +125,14 @@ func TestLoginAndTemporalDown(t *testing.T) {
 // Each message spends one request of the key's rate limit, at MAIL FROM.
 func TestRateLimitPerMessage(t *testing.T) {
 	f := newFixture(t, config.RateLimit{Requests: 2, Per: time.Hour})
-	c, err := gosmtp.Dial(f.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Auth(sasl.NewPlainClient("", f.user, f.secret)); err != nil {
-		t.Fatal(err)
-	}
+	c := f.login(t, sasl.NewPlainClient("", f.user, f.secret))
 	burst := config.RateLimit{Requests: 2, Per: time.Hour}.Burst()
 	for i := range burst {
 		if _, err := send(c, "within"); err != nil {
 			t.Fatalf("message %d of %d: %v", i+1, burst, err)
 		}
 	}
-	_, err = send(c, "over")
+	_, err := send(c, "over")
 	var reply *gosmtp.SMTPError
 	if !errors.As(err, &reply) || reply.Code != 451 || reply.EnhancedCode != (gosmtp.EnhancedCode{4, 7, 0}) {
 		t.Fatalf("over the limit: %v", err)
@@ -149,14 +150,7 @@ func TestRateLimitPerMessage(t *testing.T) {
 // control character is refused at RCPT TO by ParseAddress.
 func TestControlCharactersRefused(t *testing.T) {
 	f := newFixture(t, config.RateLimit{})
-	c, err := gosmtp.Dial(f.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Auth(sasl.NewPlainClient("", f.user, f.secret)); err != nil {
-		t.Fatal(err)
-	}
+	c := f.login(t, sasl.NewPlainClient("", f.user, f.secret))
 	sendHeader := func(header string) error {
 		if err := c.Mail("billing@shop.example", nil); err != nil {
 			return err
