@@ -95,7 +95,7 @@ FUZZ_TARGETS  := \
 	./internal/webhook:FuzzBuildBody \
 	./internal/dnsserver:FuzzServeDNS \
 	./internal/smtpserver:FuzzReadMessage \
-	./internal/bouncetag:FuzzEmailID \
+	./internal/bouncetag:FuzzParse \
 	./internal/bouncereport:FuzzParse \
 	./internal/bouncereport:FuzzRefold \
 	./internal/trackhtml:FuzzRewrite \

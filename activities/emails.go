@@ -422,26 +422,38 @@ func (a *Emails) attempt(ctx context.Context, in email.AttemptInput, e *store.Em
 }
 
 // send makes one attempt to every pending recipient: the email's one
-// message, or each recipient's own when the email is tracked.
+// message, or each recipient's own when the email is tracked. Each
+// recipient gets its own return path and so its own transaction
+// (docs/inbound.md); an email from before tags keeps its one untagged
+// sender, and its recipients share a transaction per domain.
 func (a *Emails) send(ctx context.Context, e *store.Email, d *store.Domain, pending []store.EmailRecipient) ([]smtpsend.Result, error) {
-	if e.Tracked() {
-		envs := make([]smtpsend.Envelope, len(pending))
-		for i, r := range pending {
-			if r.SignedMessage == nil {
-				return nil, fmt.Errorf("email %s has no signed message for recipient %d", e.ID, r.Position)
-			}
-			envs[i] = smtpsend.Envelope{Recipient: r.Address, Message: r.SignedMessage}
+	from := envelopeSender(e, d)
+	_, perRecipient := a.Tags.RecipientSender(from, 0)
+	if !perRecipient && !e.Tracked() {
+		if e.SignedMessage == nil {
+			return nil, fmt.Errorf("email %s has no signed message to send", e.ID)
 		}
-		return a.Sender.SendEach(ctx, envelopeSender(e, d), envs), nil
+		addrs := make([]string, len(pending))
+		for i, r := range pending {
+			addrs[i] = r.Address
+		}
+		return a.Sender.Send(ctx, from, addrs, e.SignedMessage), nil
 	}
-	if e.SignedMessage == nil {
-		return nil, fmt.Errorf("email %s has no signed message to send", e.ID)
-	}
-	addrs := make([]string, len(pending))
+	envs := make([]smtpsend.Envelope, len(pending))
 	for i, r := range pending {
-		addrs[i] = r.Address
+		env := smtpsend.Envelope{From: from, Recipient: r.Address, Message: e.SignedMessage}
+		if perRecipient {
+			env.From, _ = a.Tags.RecipientSender(from, r.Position)
+		}
+		if e.Tracked() {
+			env.Message = r.SignedMessage
+		}
+		if env.Message == nil {
+			return nil, fmt.Errorf("email %s has no signed message for recipient %d", e.ID, r.Position)
+		}
+		envs[i] = env
 	}
-	return a.Sender.Send(ctx, envelopeSender(e, d), addrs, e.SignedMessage), nil
+	return a.Sender.SendEach(ctx, envs), nil
 }
 
 // recipientOutcome is the metrics label of a recipient's status after an
@@ -612,9 +624,10 @@ func (a *Emails) deferred(e *store.Email) func(context.Context, bun.IDB, string)
 	}
 }
 
-// envelopeSender is the MAIL FROM of an email: bounces come back to the
-// domain's MAIL FROM subdomain, tagged with the email's id. Prepare stores
-// it; an email prepared by a release before tags has the untagged form.
+// envelopeSender is the email-wide envelope sender of an email: bounces
+// come back to the domain's MAIL FROM subdomain, tagged with the email's id.
+// Prepare stores it, and each recipient's own return path is made from it
+// (send); an email prepared by a release before tags has the untagged form.
 func envelopeSender(e *store.Email, d *store.Domain) string {
 	if e.EnvelopeSender != nil {
 		return *e.EnvelopeSender

@@ -36,6 +36,9 @@ type Inbound struct {
 	// (docs/tracking.md); nil: such mail is unrecognized.
 	Unsubscribes *tracking.Recorder
 	Tokens       *tracktoken.Keys
+	// Tags reads the return paths a report came back to or names, which
+	// say which recipients it may concern.
+	Tags *bouncetag.Tagger
 }
 
 // feedbackComplaints are the ARF feedback types that are complaints: the
@@ -48,6 +51,41 @@ type reportedEmail struct {
 	*store.Email
 	domain     string
 	recipients []store.EmailRecipient
+	// reportable are the positions of the recipients whose own return
+	// path the report came back to (or, to fbl@, names): a recipient sees
+	// only its own, so a report it forges can concern no other recipient.
+	// nil: any recipient, for a report that came back to the email-wide
+	// return path, which emails sent before per-recipient return paths
+	// handed out (docs/inbound.md).
+	reportable map[int]bool
+}
+
+// recipientFor returns the recipient a report (or one block of it) names
+// in addrs, if it may concern it. A report that names none of the email's
+// recipients (providers redact addresses) concerns the one recipient whose
+// return path it came back to, or the email's only recipient.
+func (e *reportedEmail) recipientFor(addrs ...string) *store.EmailRecipient {
+	if r := findRecipient(e.recipients, addrs...); r != nil {
+		if e.reportable != nil && !e.reportable[r.Position] {
+			return nil
+		}
+		return r
+	}
+	if e.reportable == nil {
+		if len(e.recipients) == 1 {
+			return &e.recipients[0]
+		}
+		return nil
+	}
+	if len(e.reportable) != 1 {
+		return nil
+	}
+	for i := range e.recipients {
+		if e.reportable[e.recipients[i].Position] {
+			return &e.recipients[i]
+		}
+	}
+	return nil
 }
 
 // Handle classifies a stored message and applies its effects, each in the
@@ -144,6 +182,9 @@ func (a *Inbound) apply(ctx context.Context, report *bouncereport.Report, email 
 			return store.InboundUnrecognized, 0, nil
 		}
 		r := findRecipient(email.recipients, addr)
+		if email.reportable != nil && !email.reportable[r.Position] {
+			return store.InboundLegacyBounce, 0, nil
+		}
 		n, err := a.bounce(ctx, email, *r, asyncBounce{hard: true, enhancedStatus: status,
 			response: status + " (reported later by mail)"})
 		return store.InboundLegacyBounce, n, err
@@ -185,10 +226,7 @@ func (a *Inbound) applyUnsubscribe(ctx context.Context, recipients []string) (in
 func (a *Inbound) applyDSN(ctx context.Context, report *bouncereport.Report, email *reportedEmail) (int, error) {
 	changed := 0
 	for _, block := range report.Recipients {
-		r := findRecipient(email.recipients, block.FinalRecipient, block.OriginalRecipient)
-		if r == nil && len(email.recipients) == 1 {
-			r = &email.recipients[0]
-		}
+		r := email.recipientFor(block.FinalRecipient, block.OriginalRecipient)
 		if r == nil {
 			continue
 		}
@@ -294,14 +332,11 @@ type complaintData struct {
 }
 
 // applyComplaint records the complaint of the recipient the report names
-// (Original-Rcpt-To, else the email's only recipient): its event and count
-// once per recipient, and the address on the organization's suppression
-// list.
+// (Original-Rcpt-To, else the one its return path belongs to): its event
+// and count once per recipient, and the address on the organization's
+// suppression list.
 func (a *Inbound) applyComplaint(ctx context.Context, fb *bouncereport.Feedback, email *reportedEmail) (int, error) {
-	r := findRecipient(email.recipients, fb.OriginalRcptTo...)
-	if r == nil && len(email.recipients) == 1 {
-		r = &email.recipients[0]
-	}
+	r := email.recipientFor(fb.OriginalRcptTo...)
 	if r == nil {
 		return 0, nil
 	}
@@ -354,7 +389,42 @@ func (a *Inbound) reportedEmail(ctx context.Context, m *store.InboundMessage, re
 	if err != nil {
 		return nil, err
 	}
-	return &reportedEmail{Email: e, domain: domain, recipients: recipients}, nil
+	return &reportedEmail{Email: e, domain: domain, recipients: recipients, reportable: a.reportable(e.ID, m, report, recipients)}, nil
+}
+
+// reportable is reportedEmail.reportable for a message about the email
+// emailID: the recipients whose return paths the message was sent to or,
+// for a complaint sent to fbl@, the one whose return path the report gives
+// as the original's Original-Mail-From or Return-Path (feedback loops keep
+// it, and it holds no address to redact). A complaint to fbl@ that gives
+// none may concern only an email's only recipient.
+func (a *Inbound) reportable(emailID string, m *store.InboundMessage, report *bouncereport.Report, recipients []store.EmailRecipient) map[int]bool {
+	paths := m.Recipients
+	if m.EmailID == nil {
+		paths = nil
+		if fb := report.Feedback; fb != nil {
+			paths = []string{fb.OriginalMailFrom, fb.OriginalReturnPath}
+		}
+	}
+	reportable := map[int]bool{}
+	for _, path := range paths {
+		rp, ok := a.Tags.Parse(path)
+		if !ok || !strings.EqualFold(rp.EmailID, emailID) {
+			continue
+		}
+		if rp.Recipient == bouncetag.WholeEmail {
+			return nil
+		}
+		reportable[rp.Recipient] = true
+		if m.EmailID == nil {
+			// The first return path that names the email is the one.
+			break
+		}
+	}
+	if len(reportable) == 0 && len(recipients) == 1 {
+		reportable[recipients[0].Position] = true
+	}
+	return reportable
 }
 
 // emailIDFromMessageID returns the email id of a Message-ID Mailyard wrote,

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/mailyard/mailyard/activities"
+	"github.com/mailyard/mailyard/internal/bouncetag"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
@@ -25,10 +28,12 @@ import (
 	"github.com/mailyard/mailyard/workflows/inbound"
 )
 
-// The email every report under internal/bouncereport/testdata is about.
+// The email every report under internal/bouncereport/testdata is about,
+// and the return path they give it, whose tag is made up: the fixture
+// writes its own tagger's in its place (receive).
 const (
 	reportedEmailID = "0193a7c2-5b1e-7c3d-9f00-123456789abc"
-	reportedSender  = "bounces+" + reportedEmailID + ".k3j5m2q7@mail.shop.example"
+	testdataSender  = "bounces+" + reportedEmailID + ".k3j5m2q7@mail.shop.example"
 )
 
 type inboundFixture struct {
@@ -36,6 +41,9 @@ type inboundFixture struct {
 	st    *store.Store
 	org   int64
 	email *store.Email
+	// sender is the email's email-wide envelope sender under the
+	// fixture's tagger.
+	sender string
 }
 
 // newInboundFixture stores the reported email (delivered to each of
@@ -57,7 +65,12 @@ func newInboundFixture(t *testing.T, recipients ...string) *inboundFixture {
 	if err := st.CreateEmail(ctx, e, recipients); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.AcceptEmail(ctx, e.ID, store.Acceptance{EnvelopeSender: reportedSender, Recipients: len(recipients)}); err != nil {
+	tags, err := bouncetag.New(bytes.Repeat([]byte{7}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sender := tags.Sender(e.ID, "mail.shop.example")
+	if _, err := st.AcceptEmail(ctx, e.ID, store.Acceptance{EnvelopeSender: sender, Recipients: len(recipients)}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range recipients {
@@ -65,20 +78,45 @@ func newInboundFixture(t *testing.T, recipients ...string) *inboundFixture {
 			t.Fatal(err)
 		}
 	}
-	return &inboundFixture{a: &activities.Inbound{Store: st}, st: st, org: org.ID, email: e}
+	return &inboundFixture{a: &activities.Inbound{Store: st, Tags: tags}, st: st, org: org.ID, email: e, sender: sender}
+}
+
+// recipientSender is the return path of the email's recipient at position.
+func (f *inboundFixture) recipientSender(t *testing.T, position int) string {
+	t.Helper()
+	sender, ok := f.a.Tags.RecipientSender(f.sender, position)
+	if !ok {
+		t.Fatal("no recipient return path")
+	}
+	return sender
+}
+
+// testdataReport reads a report under internal/bouncereport/testdata.
+func testdataReport(t *testing.T, file string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "internal", "bouncereport", "testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }
 
 // receive stores a testdata report as the listener does: sent to the email's
 // envelope sender (toEmail) or to fbl@ of the bounce host.
 func (f *inboundFixture) receive(t *testing.T, file string, toEmail bool, mailFrom string) string {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "internal", "bouncereport", "testdata", file))
-	if err != nil {
-		t.Fatal(err)
-	}
+	return f.receiveAt(t, testdataReport(t, file), f.sender, toEmail, mailFrom)
+}
+
+// receiveAt stores raw, with returnPath for the return path it gives, as
+// the listener does: sent to returnPath (toEmail) or to fbl@ of the bounce
+// host.
+func (f *inboundFixture) receiveAt(t *testing.T, raw []byte, returnPath string, toEmail bool, mailFrom string) string {
+	t.Helper()
+	raw = bytes.ReplaceAll(raw, []byte(testdataSender), []byte(returnPath))
 	m := &store.InboundMessage{ID: uuid.Must(uuid.NewV7()).String(), MailFrom: mailFrom, Raw: raw, Recipients: store.AddressList{"fbl@bounces.example"}}
 	if toEmail {
-		m.Recipients = store.AddressList{reportedSender}
+		m.Recipients = store.AddressList{returnPath}
 		m.EmailID, m.OrganizationID, m.DomainID = &f.email.ID, &f.email.OrganizationID, &f.email.DomainID
 	}
 	if err := f.st.CreateInboundMessage(context.Background(), m); err != nil {
@@ -214,15 +252,42 @@ func TestHandleReports(t *testing.T) {
 // to fbl@ of the bounce host or to the email's envelope sender.
 func (f *inboundFixture) receiveRaw(t *testing.T, raw []byte, toEmail bool) string {
 	t.Helper()
-	m := &store.InboundMessage{ID: uuid.Must(uuid.NewV7()).String(), Raw: raw, Recipients: store.AddressList{"fbl@bounces.example"}}
-	if toEmail {
-		m.Recipients = store.AddressList{reportedSender}
-		m.EmailID, m.OrganizationID, m.DomainID = &f.email.ID, &f.email.OrganizationID, &f.email.DomainID
+	return f.receiveAt(t, raw, f.sender, toEmail, "")
+}
+
+// A report that came back to one recipient's own return path, or that
+// gives it to fbl@, concerns that recipient only: a recipient sees only its
+// own, so one who forges a bounce or a complaint naming another recipient
+// of the same email changes nothing. A report that names nobody the email
+// was sent to (providers redact) concerns the recipient whose return path
+// it has.
+func TestHandleReportsBoundToTheRecipientsReturnPath(t *testing.T) {
+	f := newInboundFixture(t, "nobody@example.org", "reader@example.org")
+	nobodys, readers := f.recipientSender(t, 0), f.recipientSender(t, 1)
+	hard, arf := testdataReport(t, "postfix-hard.eml"), testdataReport(t, "arf-yahoo.eml")
+	step := func(what string, id string, effects int) {
+		t.Helper()
+		if res := f.handle(t, id); res.Effects != effects {
+			t.Fatalf("%s: %+v, want %d effects", what, res, effects)
+		}
 	}
-	if err := f.st.CreateInboundMessage(context.Background(), m); err != nil {
-		t.Fatal(err)
+
+	step("a DSN naming nobody@, to reader@'s return path", f.receiveAt(t, hard, readers, true, ""), 0)
+	step("a complaint naming reader@, to fbl@ with nobody@'s return path", f.receiveAt(t, arf, nobodys, false, "fbl@isp.example"), 0)
+	step("a complaint to fbl@ without a return path", f.receiveAt(t, arf, "bounces@mail.shop.example", false, "fbl@isp.example"), 0)
+	if got := f.events(t); len(got) != 0 {
+		t.Fatalf("events after forged reports: %v", got)
 	}
-	return m.ID
+
+	step("a DSN naming nobody@, to nobody@'s return path", f.receiveAt(t, hard, nobodys, true, ""), 1)
+	step("a complaint naming reader@, to fbl@ with reader@'s return path", f.receiveAt(t, arf, readers, false, "fbl@isp.example"), 1)
+	redacted := regexp.MustCompile(`(?i)nobody@example\.org`).ReplaceAll(hard, []byte("xxxxxx@example.org"))
+	step("a DSN naming no recipient, to reader@'s return path", f.receiveAt(t, redacted, readers, true, ""), 1)
+
+	want := map[string]int{"bounced nobody@example.org": 1, "complained reader@example.org": 1, "bounced reader@example.org": 1}
+	if got := f.events(t); !maps.Equal(got, want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
 }
 
 // An empty message (which anyone may send to fbl@) is handled like any

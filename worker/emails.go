@@ -43,7 +43,7 @@ func newEmailWorker(d Deps, fatal chan<- error) (sdkworker.Worker, error) {
 	}
 	w := sdkworker.New(d.Client, email.TaskQueue, workerOptions(emailStopTimeout, fatal))
 	RegisterEmails(w, emails)
-	RegisterInbound(w, &activities.Inbound{Store: d.Store, Runs: d.Events.Runs, Logger: d.Logger,
+	RegisterInbound(w, &activities.Inbound{Store: d.Store, Runs: d.Events.Runs, Logger: d.Logger, Tags: tags,
 		Unsubscribes: &tracking.Recorder{Store: d.Store, Runs: d.Events.Runs}, Tokens: links.Keys})
 	metrics.StartInboundKinds(store.InboundKinds())
 	return w, nil

@@ -1,10 +1,14 @@
-// Package bouncetag computes and checks the tagged envelope sender every
-// email is sent with, bounces+<email_id>.<tag>@<mailfrom subdomain>
-// (docs/inbound.md). The tag is 8 lowercase base32 characters of an HMAC of
-// the email id under a key derived from MAILYARD_ENCRYPTION_KEY, so only
-// Mailyard can name a valid return address: a bounce or complaint sent to a
-// made-up or altered address is refused at RCPT TO, before any database
-// look-up.
+// Package bouncetag computes and checks the tagged envelope senders emails
+// are sent with (docs/inbound.md): each recipient's own return path,
+// bounces+<email_id>.<position>.<tag>@<mailfrom subdomain>, and the email's,
+// bounces+<email_id>.<tag>@..., which emails accepted before per-recipient
+// return paths were sent with. The tag is 8 lowercase base32 characters of
+// an HMAC of the email id (and the recipient's position) under a key
+// derived from MAILYARD_ENCRYPTION_KEY, so only Mailyard can name a valid
+// return address: a bounce or complaint sent to a made-up or altered
+// address is refused at RCPT TO, before any database look-up. A recipient
+// sees only its own return path, so a report it forges can name no other
+// recipient.
 package bouncetag
 
 import (
@@ -13,6 +17,7 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
@@ -74,16 +79,42 @@ func New(encryptionKey []byte) (*Tagger, error) {
 	return &Tagger{key: key}, nil
 }
 
-// Tag is the tag of an email id.
+// Tag is the tag of an email id: the tag of its email-wide return path.
 func (t *Tagger) Tag(emailID string) string {
+	return t.tag(strings.ToLower(emailID))
+}
+
+// recipientTag is the tag of a recipient's return path. Its HMAC input,
+// "<email id>/<position>", is never an email id, so no recipient's tag is
+// the email's or another recipient's.
+func (t *Tagger) recipientTag(emailID string, position int) string {
+	return t.tag(strings.ToLower(emailID) + "/" + strconv.Itoa(position))
+}
+
+func (t *Tagger) tag(message string) string {
 	mac := hmac.New(sha256.New, t.key)
-	mac.Write([]byte(strings.ToLower(emailID)))
+	mac.Write([]byte(message))
 	return encoding.EncodeToString(mac.Sum(nil))[:tagLength]
 }
 
-// Sender is the envelope sender of an email sent from mailFromSubdomain.
+// Sender is the email-wide envelope sender of an email sent from
+// mailFromSubdomain: what the email stores, and what emails accepted before
+// per-recipient return paths were sent with.
 func (t *Tagger) Sender(emailID, mailFromSubdomain string) string {
 	return localPrefix + emailID + "." + t.Tag(emailID) + "@" + mailFromSubdomain
+}
+
+// RecipientSender is the envelope sender of the email's recipient at
+// position, from the email-wide sender the email stores; ok is false when
+// that sender is not tagged (an email from before tags keeps its one
+// untagged sender).
+func (t *Tagger) RecipientSender(emailSender string, position int) (sender string, ok bool) {
+	rp, ok := t.Parse(emailSender)
+	if !ok || !rp.Tagged || rp.Recipient != WholeEmail || position < 0 || len(strconv.Itoa(position)) > maxPositionDigits {
+		return "", false
+	}
+	_, domain, _ := strings.Cut(emailSender, "@")
+	return localPrefix + rp.EmailID + "." + strconv.Itoa(position) + "." + t.recipientTag(rp.EmailID, position) + "@" + domain, true
 }
 
 // Untagged is the envelope sender emails had before tags; those emails keep
@@ -92,24 +123,57 @@ func Untagged(emailID, mailFromSubdomain string) string {
 	return localPrefix + emailID + "@" + mailFromSubdomain
 }
 
-// EmailID returns the email id an address's local part names, in either form,
-// and whether the local part has the form at all. A tagged local part whose
-// tag is wrong names nothing. The local part is compared case-insensitively,
-// as reporting servers may change its case. An untagged local part is only a
-// candidate: the caller accepts it only for an email stored with the
-// untagged sender.
-func (t *Tagger) EmailID(address string) (id string, ok bool) {
+// WholeEmail is ReturnPath.Recipient for an email-wide return path.
+const WholeEmail = -1
+
+// ReturnPath is what an envelope sender's local part names.
+type ReturnPath struct {
+	EmailID string
+	// Recipient is the position of the recipient whose own return path it
+	// is, or WholeEmail.
+	Recipient int
+	// Tagged is false for the untagged form of emails sent before tags:
+	// only a candidate, which the caller accepts only for an email stored
+	// with that sender.
+	Tagged bool
+}
+
+// maxPositionDigits bounds the position in a recipient's return path: an
+// email has at most 50 recipients, and the longest local part,
+// bounces+<36>.<3>.<8>, stays within RFC 5321's 64 octets.
+const maxPositionDigits = 3
+
+// Parse reads an address as a return path, in any of its forms, and reports
+// whether it is one: a tagged local part whose tag is wrong is none. The
+// local part is compared case-insensitively, as reporting servers may
+// change its case.
+func (t *Tagger) Parse(address string) (ReturnPath, bool) {
 	local, _, found := strings.Cut(address, "@")
 	if !found || len(local) <= len(localPrefix) || !strings.EqualFold(local[:len(localPrefix)], localPrefix) {
-		return "", false
+		return ReturnPath{}, false
 	}
-	rest := strings.ToLower(local[len(localPrefix):])
-	id, tag, tagged := strings.Cut(rest, ".")
+	parts := strings.Split(strings.ToLower(local[len(localPrefix):]), ".")
+	id := parts[0]
 	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
-		return "", false
+		return ReturnPath{}, false
 	}
-	if tagged && !hmac.Equal([]byte(tag), []byte(t.Tag(id))) {
-		return "", false
+	switch len(parts) {
+	case 1:
+		return ReturnPath{EmailID: id, Recipient: WholeEmail}, true
+	case 2:
+		if !hmac.Equal([]byte(parts[1]), []byte(t.Tag(id))) {
+			return ReturnPath{}, false
+		}
+		return ReturnPath{EmailID: id, Recipient: WholeEmail, Tagged: true}, true
+	case 3:
+		position, err := strconv.Atoi(parts[1])
+		// The position as RecipientSender writes it, and no other
+		// spelling of it ("+1", "01").
+		if err != nil || len(parts[1]) > maxPositionDigits || position < 0 || strconv.Itoa(position) != parts[1] ||
+			!hmac.Equal([]byte(parts[2]), []byte(t.recipientTag(id, position))) {
+			return ReturnPath{}, false
+		}
+		return ReturnPath{EmailID: id, Recipient: position, Tagged: true}, true
 	}
-	return id, true
+	return ReturnPath{}, false
 }

@@ -3,6 +3,7 @@ package bouncetag
 import (
 	"bytes"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -24,11 +25,66 @@ func TestSenderRoundTrip(t *testing.T) {
 	if !regexp.MustCompile(`^bounces\+` + emailID + `\.[a-z2-7]{8}@mail\.shop\.example$`).MatchString(sender) {
 		t.Fatalf("sender %q does not have the documented form", sender)
 	}
-	for _, addr := range []string{sender, strings.ToUpper(sender), Untagged(emailID, "mail.shop.example")} {
-		id, ok := tg.EmailID(addr)
-		if !ok || id != emailID {
-			t.Errorf("EmailID(%q) = %q, %v; want %q, true", addr, id, ok, emailID)
+	for addr, tagged := range map[string]bool{sender: true, strings.ToUpper(sender): true, Untagged(emailID, "mail.shop.example"): false} {
+		rp, ok := tg.Parse(addr)
+		if want := (ReturnPath{EmailID: emailID, Recipient: WholeEmail, Tagged: tagged}); !ok || rp != want {
+			t.Errorf("Parse(%q) = %+v, %v; want %+v, true", addr, rp, ok, want)
 		}
+	}
+}
+
+// Each recipient's return path names the email and that recipient, and its
+// tag is good for no other: a recipient who forges a report with its own
+// return path can only report on itself.
+func TestRecipientSender(t *testing.T) {
+	tg := tagger(t, 1)
+	email := tg.Sender(emailID, "mail.shop.example")
+	form := regexp.MustCompile(`^bounces\+` + emailID + `\.(0|[1-9][0-9]{0,2})\.[a-z2-7]{8}@mail\.shop\.example$`)
+	seen := map[string]bool{}
+	for _, position := range []int{0, 1, 2, 10, 49, 999} {
+		sender, ok := tg.RecipientSender(email, position)
+		if !ok || !form.MatchString(sender) {
+			t.Fatalf("RecipientSender(%d) = %q, %v", position, sender, ok)
+		}
+		rp, ok := tg.Parse(strings.ToUpper(sender))
+		if want := (ReturnPath{EmailID: emailID, Recipient: position, Tagged: true}); !ok || rp != want {
+			t.Fatalf("Parse(%q) = %+v, %v; want %+v", sender, rp, ok, want)
+		}
+		local, domain, _ := strings.Cut(sender, "@")
+		tag := local[len(local)-tagLength:]
+		if seen[tag] || tag == tg.Tag(emailID) {
+			t.Fatalf("recipient %d's tag %q is another return path's", position, tag)
+		}
+		seen[tag] = true
+		// The tag of one position does not stand for another, nor for the
+		// email, nor does another spelling of the position pass.
+		for _, other := range []string{
+			"bounces+" + emailID + "." + strconv.Itoa(position+1) + "." + tag + "@" + domain,
+			"bounces+" + emailID + "." + tag + "@" + domain,
+			"bounces+" + emailID + ".0" + strconv.Itoa(position) + "." + tag + "@" + domain,
+			"bounces+" + emailID + ".+" + strconv.Itoa(position) + "." + tag + "@" + domain,
+			"bounces+" + emailID + "." + strconv.Itoa(position) + "." + tag + ".x@" + domain,
+		} {
+			if rp, ok := tg.Parse(other); ok {
+				t.Errorf("Parse(%q) = %+v, true; want refused", other, rp)
+			}
+		}
+	}
+	for _, bad := range []struct {
+		sender   string
+		position int
+	}{
+		{Untagged(emailID, "mail.shop.example"), 0}, // emails from before tags keep one sender
+		{email, -1},
+		{email, 1000},
+		{"bounces+x.y@z", 0},
+	} {
+		if sender, ok := tg.RecipientSender(bad.sender, bad.position); ok {
+			t.Errorf("RecipientSender(%q, %d) = %q, true", bad.sender, bad.position, sender)
+		}
+	}
+	if sender, _ := tg.RecipientSender(email, 0); strings.Contains(sender, tagger(t, 2).Tag(emailID)) {
+		t.Fatal("the tag does not depend on the key")
 	}
 }
 
@@ -52,8 +108,8 @@ func TestEmailIDRefusesForgedAndMalformedAddresses(t *testing.T) {
 		"",
 	}
 	for _, addr := range forged {
-		if id, ok := tg.EmailID(addr); ok {
-			t.Errorf("EmailID(%q) = %q, true; want refused", addr, id)
+		if rp, ok := tg.Parse(addr); ok {
+			t.Errorf("Parse(%q) = %+v, true; want refused", addr, rp)
 		}
 	}
 	// Every single-character change of the tag is refused.
@@ -65,28 +121,38 @@ func TestEmailIDRefusesForgedAndMalformedAddresses(t *testing.T) {
 			mut := []byte(tag)
 			mut[i] = byte(c)
 			addr := "bounces+" + emailID + "." + string(mut) + "@" + domain
-			if _, ok := tg.EmailID(addr); ok {
+			if _, ok := tg.Parse(addr); ok {
 				t.Fatalf("a changed tag %q was accepted", mut)
 			}
 		}
 	}
 }
 
-func FuzzEmailID(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	tg, _ := New(bytes.Repeat([]byte{1}, 32))
-	f.Add(tg.Sender(emailID, "mail.shop.example"))
+	email := tg.Sender(emailID, "mail.shop.example")
+	f.Add(email)
+	recipient, _ := tg.RecipientSender(email, 7)
+	f.Add(recipient)
 	f.Add(Untagged(emailID, "m.example"))
 	f.Add("bounces+x.y@z")
 	f.Fuzz(func(t *testing.T, addr string) {
-		id, ok := tg.EmailID(addr)
+		rp, ok := tg.Parse(addr)
 		if !ok {
 			return
 		}
-		// Whatever is accepted names an email whose tagged or untagged
-		// sender is the address, up to case.
+		// Whatever is accepted is, up to case, the return path it names,
+		// as Mailyard writes it.
 		_, domain, _ := strings.Cut(addr, "@")
-		if !strings.EqualFold(addr, tg.Sender(id, domain)) && !strings.EqualFold(addr, Untagged(id, domain)) {
-			t.Fatalf("accepted %q for %q", addr, id)
+		want := Untagged(rp.EmailID, domain)
+		switch {
+		case rp.Recipient != WholeEmail:
+			want, _ = tg.RecipientSender(tg.Sender(rp.EmailID, domain), rp.Recipient)
+		case rp.Tagged:
+			want = tg.Sender(rp.EmailID, domain)
+		}
+		if !strings.EqualFold(addr, want) {
+			t.Fatalf("accepted %q as %+v", addr, rp)
 		}
 	})
 }

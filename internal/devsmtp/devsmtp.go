@@ -37,9 +37,9 @@ type Server struct {
 // Start listens on addr (host:port; port 0 picks a free one) and writes
 // each message it receives to dir, which it creates if needed, as
 // <email_id>.eml. The email id comes from the envelope sender
-// bounces+<email_id>.<tag>@..., the form Mailyard sends with; a message without
-// one gets a random name. Further messages of the same email (a tracked
-// email is one message per recipient) are <email_id>.2.eml, .3.eml, ...
+// bounces+<email_id>.<position>.<tag>@..., the form Mailyard sends with; a
+// message without one gets a random name. Further messages of the same
+// email (one per recipient) are <email_id>.2.eml, .3.eml, ...
 // Files appear whole (written to a temporary file, then linked) and only
 // their owner can read them (mode 0600): they hold whatever personal data
 // the messages do.
@@ -145,8 +145,9 @@ func (s *session) Data(r io.Reader) error {
 var emailIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
 // emailID extracts the email id from an envelope sender of the form
-// bounces+<email_id>.<tag>@<domain> (or, for emails sent before tags,
-// bounces+<email_id>@<domain>).
+// bounces+<email_id>.<position>.<tag>@<domain> (a recipient's own return
+// path), bounces+<email_id>.<tag>@<domain> or, for emails sent before tags,
+// bounces+<email_id>@<domain>.
 func emailID(envelopeSender string) (string, bool) {
 	const prefix = "bounces+"
 	local, _, found := strings.Cut(envelopeSender, "@")
@@ -160,9 +161,9 @@ func emailID(envelopeSender string) (string, bool) {
 // maxCopies bounds the messages kept for one email id.
 const maxCopies = 10000
 
-// saveMessage writes r to dir as <id>.eml or, when that exists (a tracked
-// email sends each recipient a message of its own, with the same envelope
-// sender), as <id>.2.eml, <id>.3.eml, ... It writes through a temporary
+// saveMessage writes r to dir as <id>.eml or, when that exists (each
+// recipient of an email gets a transaction of its own), as <id>.2.eml,
+// <id>.3.eml, ... It writes through a temporary
 // file in the same directory, so a reader never sees half a message, and
 // links it under its name, which never replaces a message already kept.
 func saveMessage(dir, id string, r io.Reader) (string, int64, error) {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -35,7 +36,8 @@ type mxServer struct {
 	rcpts    map[string]int
 	messages map[string][][]byte
 	froms    []string
-	kept     int // messages kept so far
+	senderOf map[string]string // the envelope sender of each recipient's last message
+	kept     int               // messages kept so far
 	// beforeAnswer, when set before the first connection, runs after a
 	// message is kept and before the 250 that acknowledges it, with the
 	// number of messages kept so far: a slow server, or one whose answer
@@ -45,7 +47,7 @@ type mxServer struct {
 
 func startMX(t *testing.T) *mxServer {
 	t.Helper()
-	mx := &mxServer{rcpts: map[string]int{}, messages: map[string][][]byte{}}
+	mx := &mxServer{rcpts: map[string]int{}, messages: map[string][][]byte{}, senderOf: map[string]string{}}
 	mx.Server = smtp.NewServer(mx)
 	mx.Domain = "mx.rcpt.example"
 	mx.ReadTimeout, mx.WriteTimeout = 30*time.Second, 30*time.Second
@@ -116,6 +118,7 @@ func (s *mxSession) Data(r io.Reader) error {
 	s.mx.froms = append(s.mx.froms, s.from)
 	for _, to := range s.to {
 		s.mx.messages[to] = append(s.mx.messages[to], b)
+		s.mx.senderOf[to] = s.from
 	}
 	s.mx.kept++
 	kept := s.mx.kept
@@ -252,9 +255,13 @@ func TestSendEmailEndToEnd(t *testing.T) {
 	if !bytes.Contains(signed, []byte("Message-ID: <"+emailID+"@shop.example>")) {
 		t.Fatal("Message-ID is not <email_id@domain>")
 	}
-	// The envelope sender is tagged: only Mailyard can name the address
-	// bounces come back to (docs/inbound.md).
-	tagged := regexp.MustCompile(`^bounces\+` + emailID + `\.[a-z2-7]{8}@mail\.shop\.example$`)
+	// Each recipient has a tagged return path of its own: only Mailyard
+	// can name the address bounces come back to, and a recipient sees no
+	// other's (docs/inbound.md).
+	tagged := regexp.MustCompile(`^bounces\+` + emailID + `\.[0-9]{1,3}\.[a-z2-7]{8}@mail\.shop\.example$`)
+	if len(mx.froms) != len(slices.Compact(slices.Sorted(slices.Values(mx.froms)))) {
+		t.Fatalf("recipients share an envelope sender: %q", mx.froms)
+	}
 	for _, from := range mx.froms {
 		if !tagged.MatchString(from) {
 			t.Fatalf("envelope sender %q", from)

@@ -98,8 +98,9 @@ Message-ID: <%[3]s>
 }
 
 // yahooARF is a feedback-loop complaint in RFC 5965 form, as Yahoo sends
-// them: the original attached whole as message/rfc822.
-func yahooARF(to, recipient, messageID string) string {
+// them: the original attached whole as message/rfc822, with the Return-Path
+// its mailbox stored it with.
+func yahooARF(to, recipient, messageID, returnPath string) string {
 	return fmt.Sprintf(`From: feedbackloop@comcast.example
 To: %[1]s
 Subject: FW: Hello
@@ -127,6 +128,7 @@ Source-IP: 192.0.2.1
 ------=_Part_1_arf
 Content-Type: message/rfc822
 
+Return-Path: <%[4]s>
 From: Shop <billing@shop.example>
 To: %[2]s
 Subject: Hello
@@ -135,7 +137,7 @@ Date: Wed, 25 Nov 2026 01:00:00 +0000
 
 Hello.
 ------=_Part_1_arf--
-`, to, recipient, messageID)
+`, to, recipient, messageID, returnPath)
 }
 
 // Bounces and complaints that arrive by mail at the bounce host, through
@@ -144,8 +146,9 @@ Hello.
 // suppresses it, a Yahoo-style ARF report to fbl@ records a complaint, both
 // reach webhooks, statistics and the email's event list exactly once (the
 // same report again changes nothing), and nothing but what Mailyard handed
-// out is accepted. A report naming another organization's email changes
-// nothing there.
+// out is accepted. A report that one recipient forges about another, with
+// its own return path, changes nothing; nor does a report naming another
+// organization's email.
 func TestInboundReportsEndToEnd(t *testing.T) {
 	t.Parallel()
 	mx := startMX(t)
@@ -169,25 +172,19 @@ func TestInboundReportsEndToEnd(t *testing.T) {
 
 	id, _, _ := verifiedDomain(t, s, "shop.example")
 	sender := api.as(api.sendKey(id))
-	send := func(to ...string) (emailID, envelope string) {
-		t.Helper()
-		emailID = sender.send(map[string]any{
-			"from": "Shop <billing@shop.example>", "to": to, "subject": "Hello", "text": "Hello.",
-		}).ID
-		testenv.Eventually(t, 30*time.Second, "email sent", func() bool {
-			return sender.email(emailID).Status == "sent"
-		})
-		mx.mu.Lock()
-		defer mx.mu.Unlock()
-		for _, from := range mx.froms {
-			if strings.Contains(from, emailID) {
-				return emailID, from
-			}
-		}
-		t.Fatalf("no envelope sender names %s in %v", emailID, mx.froms)
-		return
+	first := sender.send(map[string]any{
+		"from": "Shop <billing@shop.example>", "to": []string{"ada@rcpt.example", "bob@rcpt.example"}, "subject": "Hello", "text": "Hello.",
+	}).ID
+	testenv.Eventually(t, 30*time.Second, "email sent", func() bool {
+		return sender.email(first).Status == "sent"
+	})
+	// Each recipient's return path, as its mailbox received it.
+	mx.mu.Lock()
+	firstSender, bobSender := mx.senderOf["ada@rcpt.example"], mx.senderOf["bob@rcpt.example"]
+	mx.mu.Unlock()
+	if !strings.Contains(firstSender, first) || !strings.Contains(bobSender, first) || firstSender == bobSender {
+		t.Fatalf("return paths %q and %q of %s", firstSender, bobSender, first)
 	}
-	first, firstSender := send("ada@rcpt.example", "bob@rcpt.example")
 	firstMessageID := first + "@shop.example"
 	testenv.Eventually(t, 30*time.Second, "two delivered events", func() bool { return len(rcv.all()) >= 2 })
 
@@ -207,6 +204,21 @@ func TestInboundReportsEndToEnd(t *testing.T) {
 		t.Fatalf("bare LF: %q, want 550 5.6.0", code)
 	}
 
+	// bob@ forges a hard bounce of ada@ and a complaint of ada@, with the
+	// return path of the copy it received: both are handled, and change
+	// nothing.
+	if err := sendMail(inboundAddr, "", []string{bobSender}, postfixDSN(bobSender, "ada@rcpt.example", firstMessageID, "5.1.1", "550 5.1.1 no such user")); err != nil {
+		t.Fatalf("forged DSN: %v", err)
+	}
+	if err := sendMail(inboundAddr, "bob@rcpt.example", []string{"fbl@bounces.mailyard.test"}, yahooARF("fbl@bounces.mailyard.test", "ada@rcpt.example", firstMessageID, bobSender)); err != nil {
+		t.Fatalf("forged ARF: %v", err)
+	}
+	testenv.Eventually(t, 30*time.Second, "forged reports handled", func() bool {
+		scrape := testenv.Scrape(t, s.metricsURL["worker"])
+		return testenv.Sample(t, scrape, `mailyard_inbound_messages_total{kind="dsn"}`) == 1 &&
+			testenv.Sample(t, scrape, `mailyard_inbound_messages_total{kind="arf"}`) == 1
+	})
+
 	// A hard bounce after delivery, sent twice.
 	dsn := postfixDSN(firstSender, "ada@rcpt.example", firstMessageID, "5.1.1",
 		"550 5.1.1 <ada@rcpt.example>: Recipient address rejected: User unknown in virtual mailbox table")
@@ -216,7 +228,7 @@ func TestInboundReportsEndToEnd(t *testing.T) {
 		}
 	}
 	// A complaint about bob@, to the feedback-loop address.
-	if err := sendMail(inboundAddr, "feedbackloop@comcast.example", []string{"fbl@bounces.mailyard.test"}, yahooARF("fbl@bounces.mailyard.test", "bob@rcpt.example", firstMessageID)); err != nil {
+	if err := sendMail(inboundAddr, "feedbackloop@comcast.example", []string{"fbl@bounces.mailyard.test"}, yahooARF("fbl@bounces.mailyard.test", "bob@rcpt.example", firstMessageID, bobSender)); err != nil {
 		t.Fatalf("ARF: %v", err)
 	}
 
@@ -301,13 +313,13 @@ func TestInboundReportsEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := sendMail(inboundAddr, "x@feedback.example", []string{"fbl@bounces.mailyard.test"},
-		yahooARF("fbl@bounces.mailyard.test", "carol@rcpt.example", otherEmail+"@forged.example")); err != nil {
+		yahooARF("fbl@bounces.mailyard.test", "carol@rcpt.example", otherEmail+"@forged.example", "")); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 30*time.Second, "reports handled", func() bool {
 		scrape := testenv.Scrape(t, s.metricsURL["worker"])
-		return testenv.Sample(t, scrape, `mailyard_inbound_messages_total{kind="dsn"}`) == 3 &&
-			testenv.Sample(t, scrape, `mailyard_inbound_messages_total{kind="arf"}`) == 2
+		return testenv.Sample(t, scrape, `mailyard_inbound_messages_total{kind="dsn"}`) == 4 &&
+			testenv.Sample(t, scrape, `mailyard_inbound_messages_total{kind="arf"}`) == 3
 	})
 	r := otherSender.email(otherEmail).Recipients[0]
 	if r.Status != "delivered" {
@@ -361,7 +373,7 @@ func recordInboundHistories(t *testing.T, s *stack) {
 				return false
 			}
 		}
-		return len(runs) == 5
+		return len(runs) == 7
 	})
 	seen := map[string]bool{}
 	for _, r := range runs {
@@ -478,7 +490,7 @@ func TestInboundDatabaseDown(t *testing.T) {
 	}
 	// A well-tagged address of an email the database would have to look up.
 	tagged := tags.Sender(uuid.Must(uuid.NewV7()).String(), "mail.shop.example")
-	report := yahooARF("fbl@bounces.mailyard.test", "ada@rcpt.example", "x@shop.example")
+	report := yahooARF("fbl@bounces.mailyard.test", "ada@rcpt.example", "x@shop.example", tagged)
 
 	if err := sendMail(addr, "fbl@feedback.example", []string{"fbl@bounces.mailyard.test"}, report); err != nil {
 		t.Fatalf("with the database up: %v", err)

@@ -166,16 +166,17 @@ func (s *session) rcpt(to string) error {
 	// The tag is checked before the database is asked, so a flood of
 	// made-up tagged addresses costs no query. An untagged address costs
 	// one only if its id dates from before tags; maxRefused bounds those.
-	id, ok := s.b.Tags.EmailID(to)
+	rp, ok := s.b.Tags.Parse(to)
 	if !ok {
 		return ErrNoSuchRecipient
 	}
+	id := rp.EmailID
 	if s.email != nil && !strings.EqualFold(id, s.email.ID) {
 		return errOtherEmail
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	if tagged := strings.Contains(local, "."); !tagged {
+	if !rp.Tagged {
 		legacy, err := s.b.couldBeUntagged(ctx, id)
 		if err != nil {
 			s.b.Logger.Warn("inbound: cannot read when tags began", "error", err)
@@ -194,8 +195,16 @@ func (s *session) rcpt(to string) error {
 		return smtpserver.ErrUnavailable
 	}
 	// An untagged address is accepted only for an email that was sent with
-	// it (before tags); a tagged one only as stored.
-	if e.EnvelopeSender == nil || !store.SameAddress(*e.EnvelopeSender, to) {
+	// it (before tags); a tagged one only as stored, or as a recipient's
+	// return path made from what is stored.
+	if e.EnvelopeSender == nil {
+		return ErrNoSuchRecipient
+	}
+	want := *e.EnvelopeSender
+	if rp.Recipient != bouncetag.WholeEmail {
+		want, _ = s.b.Tags.RecipientSender(want, rp.Recipient)
+	}
+	if !store.SameAddress(want, to) {
 		return ErrNoSuchRecipient
 	}
 	if s.email == nil {

@@ -196,6 +196,49 @@ func TestUntaggedOnSQLite(t *testing.T) {
 	f.dial().cmd("RCPT TO:<"+bouncetag.Untagged(later, "mail.shop.example")+">", "550 5.1.1 ")
 }
 
+// Each recipient's own return path is accepted as the email's; one whose
+// position, tag or domain was changed is refused, and so is one made from
+// an email from before tags, which has no per-recipient return paths.
+func TestRecipientReturnPaths(t *testing.T) {
+	f := newFixture(t, testenv.PostgresURL(t))
+	id := uuid.Must(uuid.NewV7()).String()
+	f.email(id, f.tags.Sender(id, "mail.shop.example"))
+	first, _ := f.tags.RecipientSender(f.tags.Sender(id, "mail.shop.example"), 0)
+	second, _ := f.tags.RecipientSender(f.tags.Sender(id, "mail.shop.example"), 1)
+	k := f.dial()
+	k.cmd("RCPT TO:<"+first+">", "250 ")
+	k.cmd("RCPT TO:<"+strings.ToUpper(second)+">", "250 ")
+	k.cmd("DATA", "354 ")
+	k.cmd("Subject: report\r\n\r\nfor the first two\r\n.", "250 ")
+	var got store.InboundMessage
+	if err := f.st.DB.NewSelect().Model(&got).Scan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got.EmailID == nil || *got.EmailID != id || len(got.Recipients) != 2 {
+		t.Fatalf("stored %+v", got)
+	}
+
+	local, _, _ := strings.Cut(first, "@")
+	tag := local[len(local)-8:]
+	untagged := uuid.Must(uuid.NewV7()).String()
+	f.email(untagged, bouncetag.Untagged(untagged, "mail.shop.example"))
+	other, _ := bouncetag.New(bytes.Repeat([]byte{9}, 32))
+	forgedKey, _ := other.RecipientSender(other.Sender(id, "mail.shop.example"), 0)
+	// Well formed, but the email was sent with its untagged sender.
+	ofUntagged, _ := f.tags.RecipientSender(f.tags.Sender(untagged, "mail.shop.example"), 0)
+	for _, addr := range []string{
+		"bounces+" + id + ".1." + tag + "@mail.shop.example", // the first's tag, the second's position
+		"bounces+" + id + ".0." + tag + "@other.example",     // another domain
+		forgedKey, // another installation's key
+		ofUntagged,
+	} {
+		f.dial().cmd("RCPT TO:<"+addr+">", "550 5.1.1 ")
+	}
+	if pos, ok := f.tags.RecipientSender(bouncetag.Untagged(untagged, "mail.shop.example"), 0); ok {
+		t.Fatalf("an email from before tags has a recipient return path %q", pos)
+	}
+}
+
 // A message names at most one email: a second email's return path in the
 // same transaction is deferred with 452, so that no email's report is
 // applied to another; it goes through in a transaction of its own.

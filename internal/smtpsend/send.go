@@ -67,41 +67,41 @@ func (s *Sender) Send(ctx context.Context, from string, recipients []string, msg
 	}
 
 	for _, b := range batches {
-		b.msg = msg
+		b.from, b.msg = from, msg
 	}
-	s.run(ctx, from, batches, results)
+	s.run(ctx, batches, results)
 	return results
 }
 
-// Envelope is one recipient with a message of its own.
+// Envelope is one recipient with an envelope sender and a message of its
+// own.
 type Envelope struct {
+	From      string
 	Recipient string
 	Message   []byte
 }
 
-// SendEach is Send for recipients that each have their own message (a
-// tracked email, docs/tracking.md): one transaction per recipient, as many
-// at once as Send runs. It returns one Result per envelope, in order.
-func (s *Sender) SendEach(ctx context.Context, from string, envs []Envelope) []Result {
-	rcpts := make([]string, len(envs))
-	for i, env := range envs {
-		rcpts[i] = env.Recipient
-	}
-	if bad := invalidSender(from, rcpts); bad != nil {
-		return bad
-	}
+// SendEach is Send for recipients that each have their own return path
+// (docs/inbound.md) and may have their own message (a tracked email,
+// docs/tracking.md): one transaction per recipient, as many at once as Send
+// runs. It returns one Result per envelope, in order.
+func (s *Sender) SendEach(ctx context.Context, envs []Envelope) []Result {
 	results := make([]Result, len(envs))
 	var batches []*batch
 	for i, env := range envs {
+		if bad := invalidSender(env.From, []string{env.Recipient}); bad != nil {
+			results[i] = bad[0]
+			continue
+		}
 		domain, err := addressDomain(env.Recipient)
 		if err != nil {
 			results[i] = outcome{status: HardBounce, code: codeInvalidAddress, message: "invalid recipient address: " + err.Error()}.result(env.Recipient)
 			continue
 		}
 		batches = append(batches, &batch{domain: domain, rcpts: []string{env.Recipient},
-			index: map[string][]int{env.Recipient: {i}}, msg: env.Message})
+			index: map[string][]int{env.Recipient: {i}}, from: env.From, msg: env.Message})
 	}
-	s.run(ctx, from, batches, results)
+	s.run(ctx, batches, results)
 	return results
 }
 
@@ -123,14 +123,14 @@ func invalidSender(from string, rcpts []string) []Result {
 
 // run makes the batches' transactions, parallelTransactions at a time, and
 // writes each recipient's result.
-func (s *Sender) run(ctx context.Context, from string, batches []*batch, results []Result) {
+func (s *Sender) run(ctx context.Context, batches []*batch, results []Result) {
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, parallelTransactions)
 	for _, b := range batches {
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			outcomes := s.deliver(ctx, b.domain, from, b.rcpts, b.msg)
+			outcomes := s.deliver(ctx, b.domain, b.from, b.rcpts, b.msg)
 			for j, rcpt := range b.rcpts {
 				for _, i := range b.index[rcpt] {
 					results[i] = outcomes[j].result(rcpt)
@@ -146,6 +146,7 @@ type batch struct {
 	domain string // mx mode: the recipients' domain, for DNS
 	rcpts  []string
 	index  map[string][]int // recipient → its positions in Send's list
+	from   string
 	msg    []byte
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -504,6 +505,41 @@ func TestTwoDomainsTwoTransactions(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"a@one.test,c@One.Test", "b@two.test"}; !slices.Equal(got, want) {
 		t.Errorf("transactions = %q, want %q", got, want)
+	}
+}
+
+// SendEach gives each recipient a transaction of its own, with its own
+// envelope sender and message; a bad envelope sender defers only its own
+// recipient.
+func TestSendEachEnvelopeOfItsOwn(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	s := mxSender(t, exampleZone(t), srv.port)
+
+	envs := []smtpsend.Envelope{
+		{From: "bounces+0.aaaa@bounces.test", Recipient: "a@example.test", Message: message},
+		{From: "bounces+1.bbbb@bounces.test", Recipient: "b@example.test", Message: []byte("Subject: b\r\n\r\nb\r\n")},
+		{From: "bounces@", Recipient: "c@example.test", Message: message},
+		{From: "bounces+3.dddd@bounces.test", Recipient: "no-at-sign", Message: message},
+	}
+	results := s.SendEach(context.Background(), envs)
+	wantResult(t, results[0], smtpsend.Delivered, 250, "")
+	wantResult(t, results[1], smtpsend.Delivered, 250, "")
+	wantResult(t, results[2], smtpsend.Deferred, 0, "invalid envelope sender")
+	wantResult(t, results[3], smtpsend.HardBounce, 553, "invalid recipient address")
+	_, _, messages, _ := srv.stats()
+	got := map[string]string{}
+	for _, m := range messages {
+		if len(m.rcpts) != 1 {
+			t.Fatalf("a transaction to %q", m.rcpts)
+		}
+		got[m.rcpts[0]] = m.from + " " + string(m.data)
+	}
+	want := map[string]string{
+		"a@example.test": envs[0].From + " " + string(message),
+		"b@example.test": envs[1].From + " " + string(envs[1].Message),
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("transactions %q, want %q", got, want)
 	}
 }
 
