@@ -394,7 +394,7 @@ type sinkSession struct {
 
 func (s *sinkSession) Mail(from string, _ *smtp.MailOptions) error {
 	// The envelope sender of the email activities,
-	// bounces+<email_id>.<tag>@<MAIL FROM subdomain>, names the email.
+	// bounces+<email_id>.<position>.<tag>@<MAIL FROM subdomain>, names the email.
 	local, _, _ := strings.Cut(from, "@")
 	s.id, _, _ = strings.Cut(strings.TrimPrefix(local, "bounces+"), ".")
 	return nil

@@ -15,7 +15,8 @@ type Feedback struct {
 	// ("xxxxxx@example.com"), so they may not be any recipient's.
 	OriginalRcptTo []string
 	// OriginalMailFrom is the Original-Mail-From address without angle
-	// brackets: the envelope sender Mailyard used, bounces+<id>.<tag>@...
+	// brackets: the envelope sender Mailyard used, a recipient's return path
+	// bounces+<id>.<position>.<tag>@... (docs/inbound.md)
 	OriginalMailFrom string
 	// ArrivalDate and SourceIP are as written (white space normalised);
 	// they are for people, so they are not parsed.
