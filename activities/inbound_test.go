@@ -262,9 +262,9 @@ func (f *inboundFixture) receiveRaw(t *testing.T, raw []byte, toEmail bool) stri
 // was sent to (providers redact) concerns the recipient whose return path
 // it has.
 func TestHandleReportsBoundToTheRecipientsReturnPath(t *testing.T) {
-	f := newInboundFixture(t, "nobody@example.org", "reader@example.org")
-	nobodys, readers := f.recipientSender(t, 0), f.recipientSender(t, 1)
-	hard, arf := testdataReport(t, "postfix-hard.eml"), testdataReport(t, "arf-yahoo.eml")
+	f := newInboundFixture(t, "nobody@example.org", "reader@example.org", "gone.user@example.org")
+	nobodys, readers, gones := f.recipientSender(t, 0), f.recipientSender(t, 1), f.recipientSender(t, 2)
+	hard, arf, legacy := testdataReport(t, "postfix-hard.eml"), testdataReport(t, "arf-yahoo.eml"), testdataReport(t, "qmail.eml")
 	step := func(what string, id string, effects int) {
 		t.Helper()
 		if res := f.handle(t, id); res.Effects != effects {
@@ -275,6 +275,7 @@ func TestHandleReportsBoundToTheRecipientsReturnPath(t *testing.T) {
 	step("a DSN naming nobody@, to reader@'s return path", f.receiveAt(t, hard, readers, true, ""), 0)
 	step("a complaint naming reader@, to fbl@ with nobody@'s return path", f.receiveAt(t, arf, nobodys, false, "fbl@isp.example"), 0)
 	step("a complaint to fbl@ without a return path", f.receiveAt(t, arf, "bounces@mail.shop.example", false, "fbl@isp.example"), 0)
+	step("a qmail bounce naming gone.user@, to reader@'s return path", f.receiveAt(t, legacy, readers, true, ""), 0)
 	if got := f.events(t); len(got) != 0 {
 		t.Fatalf("events after forged reports: %v", got)
 	}
@@ -283,8 +284,9 @@ func TestHandleReportsBoundToTheRecipientsReturnPath(t *testing.T) {
 	step("a complaint naming reader@, to fbl@ with reader@'s return path", f.receiveAt(t, arf, readers, false, "fbl@isp.example"), 1)
 	redacted := regexp.MustCompile(`(?i)nobody@example\.org`).ReplaceAll(hard, []byte("xxxxxx@example.org"))
 	step("a DSN naming no recipient, to reader@'s return path", f.receiveAt(t, redacted, readers, true, ""), 1)
+	step("a qmail bounce naming gone.user@, to gone.user@'s return path", f.receiveAt(t, legacy, gones, true, ""), 1)
 
-	want := map[string]int{"bounced nobody@example.org": 1, "complained reader@example.org": 1, "bounced reader@example.org": 1}
+	want := map[string]int{"bounced nobody@example.org": 1, "complained reader@example.org": 1, "bounced reader@example.org": 1, "bounced gone.user@example.org": 1}
 	if got := f.events(t); !maps.Equal(got, want) {
 		t.Fatalf("events %v, want %v", got, want)
 	}
