@@ -14,26 +14,26 @@ import (
 // listing many dead exchangers cannot take up the whole attempt.
 const mxAddressLimit = 10
 
-// viaRelay runs the transaction with the relay.
-func (s *Sender) viaRelay(ctx context.Context, from string, rcpts []string, msg []byte) []outcome {
+// viaRelay opens a session with the relay.
+func (s *Sender) viaRelay(ctx context.Context) (*session, outcome) {
 	srv := server{host: s.relayHost, addr: s.cfg.Relay, where: "relay " + s.cfg.Relay}
 	sess, err := s.open(ctx, srv, true)
 	if err != nil {
-		return same(len(rcpts), sessionOutcome(ctx, srv, err))
+		return nil, sessionOutcome(ctx, srv, err)
 	}
-	return sess.transact(ctx, from, rcpts, msg)
+	return sess, outcome{}
 }
 
-// viaMX runs the transaction with the first of domain's mail exchangers
-// that gets as far as a session (RFC 5321 §5.1). Once the transaction has
-// begun, its answers are final for this attempt.
-func (s *Sender) viaMX(ctx context.Context, domain, from string, rcpts []string, msg []byte) []outcome {
+// viaMX opens a session with the first of domain's mail exchangers that
+// gets as far as one (RFC 5321 §5.1). Once a transaction has begun, its
+// answers are final for this attempt.
+func (s *Sender) viaMX(ctx context.Context, domain string) (*session, outcome) {
 	hosts, nullMX, err := s.cfg.Resolver.MX(ctx, domain)
 	switch {
 	case err != nil:
-		return same(len(rcpts), deferred("MX look-up for %s failed: %v", domain, err))
+		return nil, deferred("MX look-up for %s failed: %v", domain, err)
 	case nullMX:
-		return same(len(rcpts), outcome{status: HardBounce, code: codeNullMX, message: "domain does not accept mail (null MX)"})
+		return nil, outcome{status: HardBounce, code: codeNullMX, message: "domain does not accept mail (null MX)"}
 	}
 	implicit := len(hosts) == 0
 	if implicit {
@@ -52,7 +52,7 @@ func (s *Sender) viaMX(ctx context.Context, domain, from string, rcpts []string,
 		}
 		if len(addrs) == 0 {
 			if implicit {
-				return same(len(rcpts), outcome{status: HardBounce, code: codeNoMailHost, message: "domain " + domain + " has no MX or address records"})
+				return nil, outcome{status: HardBounce, code: codeNoMailHost, message: "domain " + domain + " has no MX or address records"}
 			}
 			// An MX naming a host without addresses is a broken setup
 			// its owner may fix before the retries run out.
@@ -61,7 +61,7 @@ func (s *Sender) viaMX(ctx context.Context, domain, from string, rcpts []string,
 		}
 		for _, addr := range addrs {
 			if tried == mxAddressLimit {
-				return same(len(rcpts), last)
+				return nil, last
 			}
 			tried++
 			srv := server{
@@ -80,10 +80,10 @@ func (s *Sender) viaMX(ctx context.Context, domain, from string, rcpts []string,
 				last = sessionOutcome(ctx, srv, err)
 				continue
 			}
-			return sess.transact(ctx, from, rcpts, msg)
+			return sess, outcome{}
 		}
 	}
-	return same(len(rcpts), last)
+	return nil, last
 }
 
 // shuffleEqualPreferences spreads the load over exchangers of equal

@@ -14,9 +14,14 @@ const (
 	// maxRecipientsPerTransaction is the number of recipients RFC 5321
 	// §4.5.3.1.8 obliges every server to accept in one transaction.
 	maxRecipientsPerTransaction = 100
-	// parallelTransactions bounds the transactions (one per recipient
-	// domain, or per hundred recipients) one Send runs at once.
-	parallelTransactions = 4
+	// maxTransactionsPerSession bounds the transactions one connection
+	// carries: receivers limit them (Exchange: 20 by default), and a
+	// domain with more recipients gets several connections, which run in
+	// parallel.
+	maxTransactionsPerSession = 20
+	// parallelSessions bounds the connections one Send or SendEach has
+	// open at once.
+	parallelSessions = 4
 )
 
 // Send makes one attempt to deliver msg from the envelope sender from to
@@ -37,39 +42,32 @@ func (s *Sender) Send(ctx context.Context, from string, recipients []string, msg
 	}
 	results := make([]Result, len(recipients))
 
-	var batches []*batch
-	open := map[string]*batch{} // by domain (mx) or "" (relay): the batch being filled
-	of := map[string]*batch{}   // by recipient
+	var plan sessionPlan
+	open := map[string]*transaction{} // by domain (mx) or "" (relay): the transaction being filled
+	of := map[string]*transaction{}   // by recipient
 	for i, rcpt := range recipients {
-		if b := of[rcpt]; b != nil {
+		if tx := of[rcpt]; tx != nil {
 			// A recipient listed twice gets the message once.
-			b.index[rcpt] = append(b.index[rcpt], i)
+			tx.index[rcpt] = append(tx.index[rcpt], i)
 			continue
 		}
 		domain, err := addressDomain(rcpt)
 		if err != nil {
-			results[i] = outcome{status: HardBounce, code: codeInvalidAddress, message: "invalid recipient address: " + err.Error()}.result(rcpt)
+			results[i] = invalidRecipient(rcpt, err)
 			continue
 		}
-		key := domain
-		if s.cfg.Mode == ModeRelay {
-			key = "" // the relay routes every domain
+		key := s.sessionKey(domain)
+		tx := open[key]
+		if tx == nil || len(tx.rcpts) == maxRecipientsPerTransaction {
+			tx = &transaction{from: from, msg: msg, index: map[string][]int{}}
+			open[key] = tx
+			plan.add(key, domain, tx)
 		}
-		b := open[key]
-		if b == nil || len(b.rcpts) == maxRecipientsPerTransaction {
-			b = &batch{domain: domain, index: map[string][]int{}}
-			open[key] = b
-			batches = append(batches, b)
-		}
-		b.rcpts = append(b.rcpts, rcpt)
-		b.index[rcpt] = []int{i}
-		of[rcpt] = b
+		tx.rcpts = append(tx.rcpts, rcpt)
+		tx.index[rcpt] = []int{i}
+		of[rcpt] = tx
 	}
-
-	for _, b := range batches {
-		b.from, b.msg = from, msg
-	}
-	s.run(ctx, batches, results)
+	s.run(ctx, plan.sessions, results)
 	return results
 }
 
@@ -83,11 +81,13 @@ type Envelope struct {
 
 // SendEach is Send for recipients that each have their own return path
 // (docs/inbound.md) and may have their own message (a tracked email,
-// docs/tracking.md): one transaction per recipient, as many at once as Send
-// runs. It returns one Result per envelope, in order.
+// docs/tracking.md): one transaction per recipient. The transactions to one
+// domain (all of them, through a relay) share connections, up to
+// maxTransactionsPerSession each. It returns one Result per envelope, in
+// order.
 func (s *Sender) SendEach(ctx context.Context, envs []Envelope) []Result {
 	results := make([]Result, len(envs))
-	var batches []*batch
+	var plan sessionPlan
 	for i, env := range envs {
 		if bad := invalidSender(env.From, []string{env.Recipient}); bad != nil {
 			results[i] = bad[0]
@@ -95,14 +95,28 @@ func (s *Sender) SendEach(ctx context.Context, envs []Envelope) []Result {
 		}
 		domain, err := addressDomain(env.Recipient)
 		if err != nil {
-			results[i] = outcome{status: HardBounce, code: codeInvalidAddress, message: "invalid recipient address: " + err.Error()}.result(env.Recipient)
+			results[i] = invalidRecipient(env.Recipient, err)
 			continue
 		}
-		batches = append(batches, &batch{domain: domain, rcpts: []string{env.Recipient},
-			index: map[string][]int{env.Recipient: {i}}, from: env.From, msg: env.Message})
+		plan.add(s.sessionKey(domain), domain, &transaction{from: env.From, rcpts: []string{env.Recipient},
+			index: map[string][]int{env.Recipient: {i}}, msg: env.Message})
 	}
-	s.run(ctx, batches, results)
+	s.run(ctx, plan.sessions, results)
 	return results
+}
+
+// sessionKey is what the transactions that may share a connection have in
+// common: the recipients' domain in mx mode, nothing through the relay,
+// which routes every domain.
+func (s *Sender) sessionKey(domain string) string {
+	if s.cfg.Mode == ModeRelay {
+		return ""
+	}
+	return domain
+}
+
+func invalidRecipient(rcpt string, err error) Result {
+	return outcome{status: HardBounce, code: codeInvalidAddress, message: "invalid recipient address: " + err.Error()}.result(rcpt)
 }
 
 // invalidSender answers every recipient deferred when from cannot be a
@@ -121,19 +135,21 @@ func invalidSender(from string, rcpts []string) []Result {
 	return results
 }
 
-// run makes the batches' transactions, parallelTransactions at a time, and
-// writes each recipient's result.
-func (s *Sender) run(ctx context.Context, batches []*batch, results []Result) {
+// run makes the sessions' transactions, parallelSessions sessions at a
+// time, and writes each recipient's result.
+func (s *Sender) run(ctx context.Context, sessions []*plannedSession, results []Result) {
 	var wg sync.WaitGroup
-	slots := make(chan struct{}, parallelTransactions)
-	for _, b := range batches {
+	slots := make(chan struct{}, parallelSessions)
+	for _, ps := range sessions {
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			outcomes := s.deliver(ctx, b.domain, b.from, b.rcpts, b.msg)
-			for j, rcpt := range b.rcpts {
-				for _, i := range b.index[rcpt] {
-					results[i] = outcomes[j].result(rcpt)
+			s.deliver(ctx, ps)
+			for _, tx := range ps.txs {
+				for j, rcpt := range tx.rcpts {
+					for _, i := range tx.index[rcpt] {
+						results[i] = tx.outcomes[j].result(rcpt)
+					}
 				}
 			}
 		})
@@ -141,21 +157,87 @@ func (s *Sender) run(ctx context.Context, batches []*batch, results []Result) {
 	wg.Wait()
 }
 
-// batch is the recipients of one transaction.
-type batch struct {
-	domain string // mx mode: the recipients' domain, for DNS
-	rcpts  []string
-	index  map[string][]int // recipient → its positions in Send's list
-	from   string
-	msg    []byte
+// transaction is one message from one envelope sender to some recipients.
+type transaction struct {
+	from     string
+	rcpts    []string
+	index    map[string][]int // recipient → its positions in the caller's list
+	msg      []byte
+	outcomes []outcome // one per recipient, once made
 }
 
-// deliver runs one transaction and returns one outcome per recipient.
-func (s *Sender) deliver(ctx context.Context, domain, from string, rcpts []string, msg []byte) []outcome {
-	if s.cfg.Mode == ModeRelay {
-		return s.viaRelay(ctx, from, rcpts, msg)
+// plannedSession is the transactions one connection carries, in order.
+type plannedSession struct {
+	domain string // mx mode: the recipients' domain, for DNS
+	txs    []*transaction
+}
+
+// sessionPlan sorts transactions into sessions: those of one key share a
+// session until it carries maxTransactionsPerSession.
+type sessionPlan struct {
+	sessions []*plannedSession
+	filling  map[string]*plannedSession
+}
+
+func (p *sessionPlan) add(key, domain string, tx *transaction) {
+	ps := p.filling[key]
+	if ps == nil || len(ps.txs) == maxTransactionsPerSession {
+		ps = &plannedSession{domain: domain}
+		if p.filling == nil {
+			p.filling = map[string]*plannedSession{}
+		}
+		p.filling[key] = ps
+		p.sessions = append(p.sessions, ps)
 	}
-	return s.viaMX(ctx, domain, from, rcpts, msg)
+	ps.txs = append(ps.txs, tx)
+}
+
+// deliver runs a planned session's transactions on one connection. A
+// connection that the server closes or drops between transactions is opened
+// again for the rest, once per transaction at most: receivers close idle or
+// busy connections, and that says nothing about the next message. When no
+// connection can be opened, every transaction left gets that outcome.
+func (s *Sender) deliver(ctx context.Context, ps *plannedSession) {
+	var sess *session
+	defer func() {
+		if sess != nil {
+			sess.quit()
+			sess.close()
+		}
+	}()
+	for i := 0; i < len(ps.txs); i++ {
+		tx := ps.txs[i]
+		reused := sess != nil
+		if sess == nil {
+			var failure outcome
+			if sess, failure = s.connect(ctx, ps.domain); sess == nil {
+				for _, rest := range ps.txs[i:] {
+					rest.outcomes = same(len(rest.rcpts), failure)
+				}
+				return
+			}
+		}
+		var next sessionState
+		tx.outcomes, next = sess.transact(ctx, tx.from, tx.rcpts, tx.msg)
+		if next == sessionOpen {
+			continue
+		}
+		sess.close()
+		sess = nil
+		if next == sessionLostBeforeMail && reused {
+			i-- // the transaction had not begun: again, on a new connection
+		}
+	}
+}
+
+// connect opens a session for mail to domain: with the relay, or with the
+// first of the domain's exchangers that gets as far as one. When none does,
+// failure is every recipient's outcome.
+func (s *Sender) connect(ctx context.Context, domain string) (sess *session, failure outcome) {
+	if s.cfg.Mode == ModeRelay {
+		return s.viaRelay(ctx)
+	}
+	return s.viaMX(ctx, domain)
 }
 
 // addressDomain checks that addr can go into MAIL FROM or RCPT TO and

@@ -541,6 +541,60 @@ func TestSendEachEnvelopeOfItsOwn(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Errorf("transactions %q, want %q", got, want)
 	}
+	if conns, _, _, _ := srv.stats(); conns != 1 {
+		t.Errorf("%d connections for two transactions to one domain, want 1", conns)
+	}
+}
+
+// The transactions to one domain share connections, up to 20 each, which
+// run in parallel. A refused transaction leaves the connection usable for
+// the next; one that the server stops taking (421 before MAIL FROM is
+// accepted, as from a receiver limiting messages per connection) is opened
+// again for the rest, without losing the transaction that met the 421.
+func TestSendEachSharesConnections(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	srv.perConnection = 3
+	srv.onRcpt = func(to string) error {
+		if strings.HasPrefix(to, "refused") {
+			return smtpError(550, smtp.EnhancedCode{5, 1, 1}, "no such user")
+		}
+		return nil
+	}
+	zone := dnsZone(t,
+		"one.test. 60 IN MX 10 mx.one.test.",
+		"two.test. 60 IN MX 10 mx.two.test.",
+		"mx.one.test. 60 IN A 127.0.0.1",
+		"mx.two.test. 60 IN A 127.0.0.1",
+	)
+	s := mxSender(t, zone, srv.port)
+	var envs []smtpsend.Envelope
+	for i := range 25 {
+		envs = append(envs, smtpsend.Envelope{From: fmt.Sprintf("bounces+%d@bounces.test", i), Recipient: fmt.Sprintf("r%d@one.test", i), Message: message})
+	}
+	envs[4].Recipient = "refused@one.test"
+	envs = append(envs, smtpsend.Envelope{From: "bounces+x@bounces.test", Recipient: "x@two.test", Message: message})
+	results := s.SendEach(context.Background(), envs)
+	for i, r := range results {
+		if i == 4 {
+			wantResult(t, r, smtpsend.HardBounce, 550, "no such user")
+			continue
+		}
+		wantResult(t, r, smtpsend.Delivered, 250, "")
+	}
+	conns, _, messages, _ := srv.stats()
+	if len(messages) != 25 {
+		t.Fatalf("%d messages, want 25", len(messages))
+	}
+	for _, m := range messages {
+		if len(m.rcpts) != 1 || m.from != envs[slices.IndexFunc(envs, func(e smtpsend.Envelope) bool { return e.Recipient == m.rcpts[0] })].From {
+			t.Fatalf("transaction %s → %q", m.from, m.rcpts)
+		}
+	}
+	// one.test: 20 + 5 transactions (one refused) in sessions of at most
+	// three messages: 7 and 2 connections; two.test: 1.
+	if conns != 10 {
+		t.Errorf("%d connections, want 10", conns)
+	}
 }
 
 func TestInvalidAndRepeatedRecipients(t *testing.T) {

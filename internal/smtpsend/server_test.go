@@ -41,6 +41,9 @@ type testServer struct {
 	onData func(c *smtp.Conn) error
 	// username and password, when set, are required before MAIL.
 	username, password string
+	// perConnection, when set, is the most messages a connection takes:
+	// the next MAIL gets 421, as from a receiver that limits them.
+	perConnection int
 
 	mu       sync.Mutex
 	conns    int
@@ -121,6 +124,7 @@ type testSession struct {
 	user  string
 	from  string
 	rcpts []string
+	taken int // messages taken on this connection
 }
 
 func (ss *testSession) AuthMechanisms() []string {
@@ -146,6 +150,9 @@ func (ss *testSession) Mail(from string, _ *smtp.MailOptions) error {
 	ss.s.mu.Unlock()
 	if ss.s.username != "" && ss.user == "" {
 		return smtp.ErrAuthRequired
+	}
+	if ss.s.perConnection > 0 && ss.taken == ss.s.perConnection {
+		return smtpError(421, smtp.EnhancedCode{4, 7, 0}, "too many messages on this connection")
 	}
 	if ss.s.onMail != nil {
 		if err := ss.s.onMail(from); err != nil {
@@ -180,6 +187,7 @@ func (ss *testSession) Data(r io.Reader) error {
 	ss.s.mu.Lock()
 	ss.s.messages = append(ss.s.messages, received{from: ss.from, rcpts: ss.rcpts, data: data, tls: isTLS, user: ss.user})
 	ss.s.mu.Unlock()
+	ss.taken++
 	return nil
 }
 

@@ -11,12 +11,26 @@ import (
 // then, and a server slow to say goodbye must not hold the attempt.
 const quitTimeout = 10 * time.Second
 
-// transact runs one mail transaction and closes the session. It returns one
-// outcome per recipient: MAIL FROM and DATA answers apply to all the
-// recipients they concern, RCPT TO answers to one; only recipients accepted
-// at RCPT TO get the DATA answer.
-func (s *session) transact(ctx context.Context, from string, rcpts []string, msg []byte) []outcome {
-	defer s.close()
+// sessionState is what a transaction leaves of its session.
+type sessionState int
+
+const (
+	// sessionOpen: ready for the next transaction.
+	sessionOpen sessionState = iota
+	// sessionLost: closed or unusable; the transaction's outcomes say
+	// what became of its recipients.
+	sessionLost
+	// sessionLostBeforeMail: lost before the server took the
+	// transaction's MAIL FROM (the connection was gone, or the server
+	// answered 421): nothing of the transaction began.
+	sessionLostBeforeMail
+)
+
+// transact runs one mail transaction. It returns one outcome per
+// recipient, and whether the session can carry another: MAIL FROM and DATA
+// answers apply to all the recipients they concern, RCPT TO answers to
+// one; only recipients accepted at RCPT TO get the DATA answer.
+func (s *session) transact(ctx context.Context, from string, rcpts []string, msg []byte) ([]outcome, sessionState) {
 	out := make([]outcome, len(rcpts))
 	set := func(indices []int, o outcome) {
 		for _, i := range indices {
@@ -31,15 +45,17 @@ func (s *session) transact(ctx context.Context, from string, rcpts []string, msg
 	opts := &smtp.MailOptions{Size: int64(len(msg))}
 	if !isASCII(from) || !allASCII(rcpts) {
 		if ok, _ := s.client.Extension("SMTPUTF8"); !ok {
-			s.quit()
 			return same(len(rcpts), outcome{status: HardBounce, code: codeInvalidAddress,
-				message: "the server does not accept internationalized addresses (no SMTPUTF8)"})
+				message: "the server does not accept internationalized addresses (no SMTPUTF8)"}), sessionOpen
 		}
 		opts.UTF8 = true
 	}
 	if err := s.client.Mail(from, opts); err != nil {
-		s.quit()
-		return same(len(rcpts), failureOutcome(ctx, s.where, "MAIL FROM", err))
+		state := s.afterRefusal(err)
+		if state == sessionLost {
+			state = sessionLostBeforeMail
+		}
+		return same(len(rcpts), failureOutcome(ctx, s.where, "MAIL FROM", err)), state
 	}
 
 	var accepted []int
@@ -55,38 +71,58 @@ func (s *session) transact(ctx context.Context, from string, rcpts []string, msg
 		}
 		// The connection broke: nobody got the message.
 		set(append(accepted, all[i:]...), deferred("%s", describe(ctx, s.where, "RCPT TO", err)))
-		return out
+		return out, sessionLost
 	}
 	if len(accepted) == 0 {
-		s.quit()
-		return out
+		return out, s.reset()
 	}
 
 	data, err := s.client.Data()
 	if err != nil {
 		set(accepted, failureOutcome(ctx, s.where, "DATA", err))
-		s.quit()
-		return out
+		return out, s.afterRefusal(err)
 	}
 	// go-smtp sets no deadline for writing the message itself.
 	_ = s.conn.SetDeadline(time.Now().Add(s.dataTimeout))
 	if _, err := data.Write(msg); err != nil {
 		set(accepted, deferred("%s", describe(ctx, s.where, "sending the message", err)))
-		return out
+		return out, sessionLost
 	}
 	reply, err := data.CloseWithResponse()
 	if err != nil {
-		if code, text, ok := serverReply(err); ok && code/100 == 2 {
+		code, text, ok := serverReply(err)
+		if ok && code/100 == 2 {
 			// go-smtp wants exactly 250; any 2xx means accepted.
 			set(accepted, outcome{status: Delivered, code: code, message: text})
 		} else {
 			set(accepted, failureOutcome(ctx, s.where, "end of data", err))
 		}
-		return out
+		if !ok || code == 421 {
+			return out, sessionLost
+		}
+		return out, sessionOpen
 	}
 	set(accepted, outcome{status: Delivered, code: 250, message: reply.StatusText})
-	s.quit()
-	return out
+	return out, sessionOpen
+}
+
+// afterRefusal is the session after a command that failed with err: a
+// reply other than 421 leaves the server waiting for a new transaction once
+// this one is reset; anything else ends the session.
+func (s *session) afterRefusal(err error) sessionState {
+	if code, _, ok := serverReply(err); !ok || code == 421 {
+		return sessionLost
+	}
+	return s.reset()
+}
+
+// reset abandons the transaction under way (RSET) so the session can carry
+// another.
+func (s *session) reset() sessionState {
+	if err := s.client.Reset(); err != nil {
+		return sessionLost
+	}
+	return sessionOpen
 }
 
 // quit ends the session politely; the reply does not matter.
