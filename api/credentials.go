@@ -79,7 +79,7 @@ type RevokedCredentialData struct {
 // CreateCredentialBody is the request of Create credential.
 type CreateCredentialBody struct {
 	SendingDomainID int64    `json:"sending_domain_id" minimum:"1" doc:"Id of a verified domain of your organization."`
-	Label           string   `json:"label" minLength:"1" doc:"Human-readable name, 1–100 characters after trimming, no control characters."`
+	Label           string   `json:"label" minLength:"1" doc:"Human-readable name, 1–100 characters after trimming, no control characters (bidirectional controls included)."`
 	Permissions     []string `json:"permissions" nullable:"false" minItems:"1" enum:"send,stats,admin" doc:"Distinct values from send, stats, admin."`
 }
 
@@ -94,7 +94,8 @@ func (b *CreateCredentialBody) Resolve(_ huma.Context, prefix *huma.PathBuffer) 
 		} else if hasControl(label) {
 			// Checked after trimming, which the stored label is: a NUL
 			// would be a 500 (the store cannot take it) and the other
-			// control characters garble every list that shows the label.
+			// control characters garble every list that shows the label
+			// (a bidirectional override makes it read as another).
 			errs = append(errs, &huma.ErrorDetail{Location: prefix.With("label"), Message: "label must not contain control characters", Value: b.Label})
 		}
 	}

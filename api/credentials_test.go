@@ -164,6 +164,10 @@ func TestCreateCredentialRefusals(t *testing.T) {
 		{"line break inside label", `{"sending_domain_id":%d,"label":"a\nb","permissions":["send"]}`, []string{"body.label"}},
 		{"DEL in label", `{"sending_domain_id":%d,"label":"a\u007fb","permissions":["send"]}`, []string{"body.label"}},
 		{"C1 in label", `{"sending_domain_id":%d,"label":"a\u0085b","permissions":["send"]}`, []string{"body.label"}},
+		// A bidirectional override makes a label display as another
+		// ("\u202Etset" reads "test").
+		{"bidi override in label", `{"sending_domain_id":%d,"label":"\u202Etset","permissions":["send"]}`, []string{"body.label"}},
+		{"bidi isolate in label", `{"sending_domain_id":%d,"label":"a\u2066b","permissions":["send"]}`, []string{"body.label"}},
 		{"NUL label and bad permission", `{"sending_domain_id":%d,"label":"\u0000","permissions":["send","send"]}`, []string{"body.label", "body.permissions[1]"}},
 	}
 	for _, c := range cases {
@@ -192,6 +196,12 @@ func TestCreateCredentialRefusals(t *testing.T) {
 		t.Fatalf("details for {} at %v: %s", missing, r.Raw)
 	}
 
+	// A zero-width joiner is part of emoji and some scripts: it stays.
+	if got := h.do("POST", "/api/v1/credentials", h.adminKey, map[string]any{
+		"sending_domain_id": verified, "label": "team \U0001F469\u200D\U0001F4BB", "permissions": []string{"send"},
+	}).data(t, 201)["credential"].(map[string]any); got["label"] != "team \U0001F469\u200D\U0001F4BB" {
+		t.Fatalf("label %q", got["label"])
+	}
 	// A label of exactly 100 characters (after trimming) is fine.
 	h.do("POST", "/api/v1/credentials", h.adminKey, map[string]any{
 		"sending_domain_id": verified, "label": " " + strings.Repeat("é", 100) + " ", "permissions": []string{"send"},

@@ -154,9 +154,12 @@ func fieldError(location, message string) *ErrorResponse {
 func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
 
 // hasControl reports whether s holds a control character: C0 (NUL
-// included), DEL or C1. A name people read, such as a credential's label,
-// has no use for any of them.
-func hasControl(s string) bool { return strings.ContainsFunc(s, unicode.IsControl) }
+// included), DEL, C1, or a bidirectional control (U+202E and its kind,
+// which make text display as other text). A name people read, such as a
+// credential's label, has no use for any of them.
+func hasControl(s string) bool {
+	return strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) })
+}
 
 // canonicalUUID is the canonical form (lower-case, hyphenated) of the UUID
 // s, and whether s is one. uuid.Parse also accepts forms that PostgreSQL's

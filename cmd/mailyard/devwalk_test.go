@@ -10,11 +10,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/mailyard/mailyard/internal/freeport"
 	"github.com/mailyard/mailyard/internal/temporaldev"
 	"github.com/mailyard/mailyard/internal/testenv"
 )
@@ -111,9 +113,14 @@ func startDev(t *testing.T) *devProcess {
 		}
 	}
 	d := &devProcess{dir: t.TempDir(), httpAddr: testenv.FreeAddr(t), dnsAddr: testenv.FreeAddr(t), inboundAddr: testenv.FreeAddr(t)}
+	// mailyard dev puts the Temporal UI at the dev server's port + 1000.
+	temporalPort, err := freeport.WithCompanion("127.0.0.1", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
 	testenv.StartIn(t, d.dir, []string{
 		"MAILYARD_TEMPORAL_CLI=" + cli,
-		"TEMPORAL_ADDRESS=" + testenv.FreeAddr(t),
+		"TEMPORAL_ADDRESS=127.0.0.1:" + strconv.Itoa(temporalPort),
 		"MAILYARD_HTTP_ADDR=" + d.httpAddr,
 		"MAILYARD_INTERNAL_ADDR=" + testenv.FreeAddr(t),
 		"MAILYARD_DNS_ADDR=" + d.dnsAddr,

@@ -63,6 +63,33 @@ func Ports(ip string, n int) ([]int, error) {
 	return ports, nil
 }
 
+// WithCompanion returns a port of Ports whose port+offset is free too and
+// within the range, for a server that opens a second port at a fixed
+// distance from its first (the Temporal dev server's UI, at port+1000 under
+// `mailyard dev`): left to chance, the companion port may fall among the
+// kernel's ephemeral ports and be taken by an outgoing connection.
+func WithCompanion(ip string, offset int) (int, error) {
+	for range 100 {
+		port, err := Port(ip)
+		if err != nil {
+			return 0, err
+		}
+		if port+offset > high {
+			continue
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port+offset)))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		given.Lock()
+		given.ports[port+offset] = true
+		given.Unlock()
+		return port, nil
+	}
+	return 0, fmt.Errorf("no free port on %s with a free companion %d above it", ip, offset)
+}
+
 // Port is one port of Ports.
 func Port(ip string) (int, error) {
 	ports, err := Ports(ip, 1)

@@ -95,3 +95,30 @@ func TestListenBothBindsOnePortForUDPAndTCP(t *testing.T) {
 		t.Fatalf("UDP on %s, TCP on %s", pc.LocalAddr(), ln.Addr())
 	}
 }
+
+// A port with a companion: both in the range (the companion never among the
+// kernel's ephemeral ports), both free, neither handed out again.
+func TestWithCompanion(t *testing.T) {
+	for range 50 {
+		port, err := WithCompanion("127.0.0.1", 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if port < low || port+1000 > high {
+			t.Fatalf("port %d and companion %d outside %d-%d", port, port+1000, low, high)
+		}
+		for _, p := range []int{port, port + 1000} {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			if err != nil {
+				t.Fatalf("port %d: %v", p, err)
+			}
+			l.Close()
+		}
+		given.Lock()
+		handedOut := given.ports[port] && given.ports[port+1000]
+		given.Unlock()
+		if !handedOut {
+			t.Fatalf("port %d or its companion may be handed out again", port)
+		}
+	}
+}
