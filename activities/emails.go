@@ -209,7 +209,7 @@ func (a *Emails) buildAndSign(e *store.Email, d *store.Domain, key *store.DKIMKe
 func (a *Emails) buildAndSignEach(ctx context.Context, e *store.Email, d *store.Domain, key *store.DKIMKey, pending []store.EmailRecipient) error {
 	var need []*store.EmailRecipient
 	for i := range pending {
-		if pending[i].SignedMessage == nil {
+		if !pending[i].HasMessage {
 			need = append(need, &pending[i])
 		}
 	}
@@ -257,9 +257,11 @@ func (a *Emails) buildAndSignEach(ctx context.Context, e *store.Email, d *store.
 		if err != nil {
 			return fmt.Errorf("email %s: sign: %w", e.ID, err)
 		}
-		if r.SignedMessage, err = a.Store.SaveRecipientMessage(ctx, e.ID, r.Position, signed); err != nil {
+		// Stored, not kept: the attempt reads each message as it sends it.
+		if err := a.Store.SaveRecipientMessage(ctx, e.ID, r.Position, signed); err != nil {
 			return err
 		}
+		r.HasMessage = true
 	}
 	return nil
 }
@@ -378,7 +380,7 @@ func (a *Emails) attempt(ctx context.Context, in email.AttemptInput, e *store.Em
 	}
 	sendCtx, cancel := context.WithTimeout(ctx, limit)
 	started := time.Now()
-	results, err := a.send(sendCtx, e, d, pending)
+	results, unread, err := a.send(sendCtx, e, d, pending)
 	cancel()
 	if err != nil {
 		return out, err
@@ -389,8 +391,16 @@ func (a *Emails) attempt(ctx context.Context, in email.AttemptInput, e *store.Em
 		return out, err
 	}
 	metrics.ObserveEmailAttempt(time.Since(started))
+	var unreadErrs []error
 	for i, res := range results {
 		r := pending[i]
+		if unread[i] != nil {
+			// Not sent, because its message could not be read: nothing
+			// is recorded, and the step fails once the others are, so
+			// Temporal runs it again for this recipient.
+			unreadErrs = append(unreadErrs, unread[i])
+			continue
+		}
 		code := res.Code
 		change := store.RecipientChange{Position: r.Position, Attempted: true, SMTPCode: &code, Response: smtpResponse(res)}
 		var effects func(context.Context, bun.IDB, string) error
@@ -418,26 +428,32 @@ func (a *Emails) attempt(ctx context.Context, in email.AttemptInput, e *store.Em
 		}
 		metrics.CountEmailRecipient(recipientOutcome(change.Status))
 	}
+	if len(unreadErrs) > 0 {
+		return out, errors.Join(unreadErrs...)
+	}
 	return out, a.settle(ctx, e.ID)
 }
 
 // send makes one attempt to every pending recipient: the email's one
-// message, or each recipient's own when the email is tracked. Each
-// recipient gets its own return path and so its own transaction
-// (docs/inbound.md); an email from before tags keeps its one untagged
-// sender, and its recipients share a transaction per domain.
-func (a *Emails) send(ctx context.Context, e *store.Email, d *store.Domain, pending []store.EmailRecipient) ([]smtpsend.Result, error) {
+// message, or each recipient's own when the email is tracked, read from the
+// store as its transaction begins (unread[i] is why recipient i's could
+// not be; it was not sent). Each recipient gets its own return path and so
+// its own transaction (docs/inbound.md); an email from before tags keeps
+// its one untagged sender, and its recipients share a transaction per
+// domain.
+func (a *Emails) send(ctx context.Context, e *store.Email, d *store.Domain, pending []store.EmailRecipient) (results []smtpsend.Result, unread []error, err error) {
+	unread = make([]error, len(pending))
 	from := envelopeSender(e, d)
 	_, perRecipient := a.Tags.RecipientSender(from, 0)
+	if !e.Tracked() && e.SignedMessage == nil {
+		return nil, nil, fmt.Errorf("email %s has no signed message to send", e.ID)
+	}
 	if !perRecipient && !e.Tracked() {
-		if e.SignedMessage == nil {
-			return nil, fmt.Errorf("email %s has no signed message to send", e.ID)
-		}
 		addrs := make([]string, len(pending))
 		for i, r := range pending {
 			addrs[i] = r.Address
 		}
-		return a.Sender.Send(ctx, from, addrs, e.SignedMessage), nil
+		return a.Sender.Send(ctx, from, addrs, e.SignedMessage), unread, nil
 	}
 	envs := make([]smtpsend.Envelope, len(pending))
 	for i, r := range pending {
@@ -446,14 +462,25 @@ func (a *Emails) send(ctx context.Context, e *store.Email, d *store.Domain, pend
 			env.From, _ = a.Tags.RecipientSender(from, r.Position)
 		}
 		if e.Tracked() {
-			env.Message = r.SignedMessage
-		}
-		if env.Message == nil {
-			return nil, fmt.Errorf("email %s has no signed message for recipient %d", e.ID, r.Position)
+			if !r.HasMessage {
+				return nil, nil, fmt.Errorf("email %s has no signed message for recipient %d", e.ID, r.Position)
+			}
+			env.Message, env.Load = nil, func(ctx context.Context) ([]byte, error) {
+				msg, err := a.Store.RecipientMessage(ctx, e.ID, r.Position)
+				if err == nil && msg == nil {
+					err = fmt.Errorf("email %s: recipient %d's message was erased", e.ID, r.Position)
+				}
+				if ctx.Err() == nil {
+					// The attempt's time running out defers the
+					// recipient, like a server that did not answer.
+					unread[i] = err
+				}
+				return msg, err
+			}
 		}
 		envs[i] = env
 	}
-	return a.Sender.SendEach(ctx, envs), nil
+	return a.Sender.SendEach(ctx, envs), unread, nil
 }
 
 // recipientOutcome is the metrics label of a recipient's status after an

@@ -72,11 +72,15 @@ func (s *Sender) Send(ctx context.Context, from string, recipients []string, msg
 }
 
 // Envelope is one recipient with an envelope sender and a message of its
-// own.
+// own: Message or, when that is nil, what Load returns. Load is called as
+// the recipient's transaction begins and the message is let go once it
+// ends, so that a SendEach of many large messages holds a few at a time; a
+// recipient whose Load fails is Deferred.
 type Envelope struct {
 	From      string
 	Recipient string
 	Message   []byte
+	Load      func(context.Context) ([]byte, error)
 }
 
 // SendEach is Send for recipients that each have their own return path
@@ -99,7 +103,7 @@ func (s *Sender) SendEach(ctx context.Context, envs []Envelope) []Result {
 			continue
 		}
 		plan.add(s.sessionKey(domain), domain, &transaction{from: env.From, rcpts: []string{env.Recipient},
-			index: map[string][]int{env.Recipient: {i}}, msg: env.Message})
+			index: map[string][]int{env.Recipient: {i}}, msg: env.Message, load: env.Load})
 	}
 	s.run(ctx, plan.sessions, results)
 	return results
@@ -163,7 +167,16 @@ type transaction struct {
 	rcpts    []string
 	index    map[string][]int // recipient → its positions in the caller's list
 	msg      []byte
-	outcomes []outcome // one per recipient, once made
+	load     func(context.Context) ([]byte, error) // msg, when msg is nil
+	outcomes []outcome                             // one per recipient, once made
+}
+
+// message is the transaction's message, loaded if need be.
+func (tx *transaction) message(ctx context.Context) ([]byte, error) {
+	if tx.msg != nil || tx.load == nil {
+		return tx.msg, nil
+	}
+	return tx.load(ctx)
 }
 
 // plannedSession is the transactions one connection carries, in order.
@@ -217,8 +230,17 @@ func (s *Sender) deliver(ctx context.Context, ps *plannedSession) {
 				return
 			}
 		}
+		msg, err := tx.message(ctx)
+		if err != nil {
+			why := "the message could not be read"
+			if ctx.Err() != nil {
+				why = describe(ctx, sess.where, "reading the message", err)
+			}
+			tx.outcomes = same(len(tx.rcpts), deferred("%s", why))
+			continue
+		}
 		var next sessionState
-		tx.outcomes, next = sess.transact(ctx, tx.from, tx.rcpts, tx.msg)
+		tx.outcomes, next = sess.transact(ctx, tx.from, tx.rcpts, msg)
 		if next == sessionOpen {
 			continue
 		}

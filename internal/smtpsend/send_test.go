@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -543,6 +544,48 @@ func TestSendEachEnvelopeOfItsOwn(t *testing.T) {
 	}
 	if conns, _, _, _ := srv.stats(); conns != 1 {
 		t.Errorf("%d connections for two transactions to one domain, want 1", conns)
+	}
+}
+
+// A message given by Load is read as its transaction begins, after the
+// transactions before it on the connection ended, so a SendEach holds a few
+// messages at a time; a recipient whose Load fails is deferred and never
+// sent anything.
+func TestSendEachLoadsEachMessageWhenItsTurnComes(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	s := mxSender(t, exampleZone(t), srv.port)
+	var sentBefore []int
+	envs := make([]smtpsend.Envelope, 4)
+	for i := range envs {
+		envs[i] = smtpsend.Envelope{From: "bounces+x@bounces.test", Recipient: fmt.Sprintf("r%d@example.test", i),
+			Load: func(context.Context) ([]byte, error) {
+				_, _, messages, _ := srv.stats()
+				sentBefore = append(sentBefore, len(messages))
+				if i == 2 {
+					return nil, errors.New("database gone")
+				}
+				return []byte(fmt.Sprintf("Subject: %d\r\n\r\nfor r%d\r\n", i, i)), nil
+			}}
+	}
+	results := s.SendEach(context.Background(), envs)
+	for i, r := range results {
+		if i == 2 {
+			wantResult(t, r, smtpsend.Deferred, 0, "the message could not be read")
+			continue
+		}
+		wantResult(t, r, smtpsend.Delivered, 250, "")
+	}
+	if !slices.Equal(sentBefore, []int{0, 1, 2, 2}) {
+		t.Errorf("messages received before each load: %v, want [0 1 2 2]", sentBefore)
+	}
+	_, mails, messages, _ := srv.stats()
+	if mails != 3 || len(messages) != 3 {
+		t.Fatalf("%d MAIL commands, %d messages, want 3 and 3", mails, len(messages))
+	}
+	for _, m := range messages {
+		if want := fmt.Sprintf("for %s\r\n", strings.TrimSuffix(m.rcpts[0], "@example.test")); !strings.HasSuffix(string(m.data), want) {
+			t.Errorf("%s received %q", m.rcpts[0], m.data)
+		}
 	}
 }
 

@@ -133,8 +133,12 @@ type EmailRecipient struct {
 	LastResponse *string   `bun:"last_response"`
 	UpdatedAt    time.Time `bun:"updated_at,notnull"`
 	// SignedMessage is the recipient's own message when the email is
-	// tracked (Email.Tracked); nil otherwise, and once erased.
+	// tracked (Email.Tracked); nil otherwise, and once erased. The lists
+	// of recipients leave it behind (up to 50 messages of 10 MiB): the
+	// delivery steps read HasMessage and fetch each message as its
+	// transaction begins (RecipientMessage).
 	SignedMessage []byte `bun:"signed_message"`
+	HasMessage    bool   `bun:"has_message,scanonly"`
 	// Opens counts the recipient's opens; the times are the first open,
 	// click and unsubscribe (docs/tracking.md).
 	Opens          int        `bun:"opens,notnull"`
@@ -499,20 +503,37 @@ func (s *Store) acceptEmailInTx(ctx context.Context, id string, a Acceptance) (A
 }
 
 // RecipientsForDelivery lists all of an email's recipients in request
-// order, with their messages (a tracked email's): the first delivery step
-// counts them all and sends to those not final.
+// order, with HasMessage: the first delivery step counts them all and
+// sends to those not final.
 func (s *Store) RecipientsForDelivery(ctx context.Context, emailID string) ([]EmailRecipient, error) {
 	var rows []EmailRecipient
-	err := s.DB.NewSelect().Model(&rows).Where("email_id = ?", emailID).OrderExpr("position").Scan(ctx)
+	err := s.recipientsForDelivery(&rows).Where("email_id = ?", emailID).OrderExpr("position").Scan(ctx)
 	return rows, err
 }
 
-// PendingRecipients lists the recipients an attempt still sends to.
+// PendingRecipients lists the recipients an attempt still sends to, with
+// HasMessage.
 func (s *Store) PendingRecipients(ctx context.Context, emailID string) ([]EmailRecipient, error) {
 	var rows []EmailRecipient
-	err := s.DB.NewSelect().Model(&rows).Where("email_id = ?", emailID).
+	err := s.recipientsForDelivery(&rows).Where("email_id = ?", emailID).
 		Where("status IN (?)", bun.List(pendingRecipientStatuses)).OrderExpr("position").Scan(ctx)
 	return rows, err
+}
+
+// recipientsForDelivery selects recipients with whether they have a message
+// of their own, not the message.
+func (s *Store) recipientsForDelivery(rows *[]EmailRecipient) *bun.SelectQuery {
+	return s.DB.NewSelect().Model(rows).ExcludeColumn("signed_message").
+		ColumnExpr("signed_message IS NOT NULL AS has_message")
+}
+
+// RecipientMessage is a recipient's own message (nil when it has none, or
+// once erased).
+func (s *Store) RecipientMessage(ctx context.Context, emailID string, position int) ([]byte, error) {
+	var msg []byte
+	err := s.DB.NewSelect().Model((*EmailRecipient)(nil)).Column("signed_message").
+		Where("email_id = ?", emailID).Where("position = ?", position).Scan(ctx, &msg)
+	return msg, notFound(err, "recipient")
 }
 
 // RecipientChange is the outcome of one attempt (or one decision) for one

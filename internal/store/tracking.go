@@ -126,18 +126,13 @@ func (s *Store) VerifiedTrackingDomain(ctx context.Context, host string) (bool, 
 }
 
 // SaveRecipientMessage stores a tracked email's message for one recipient
-// unless one is stored already, and returns the one stored either way: a
-// step run again after a crash sends what the first run stored.
-func (s *Store) SaveRecipientMessage(ctx context.Context, emailID string, position int, signed []byte) ([]byte, error) {
-	if _, err := s.DB.NewUpdate().Model((*EmailRecipient)(nil)).Set("signed_message = ?", signed).
+// unless one is stored already: a step run again after a crash sends what
+// the first run stored (RecipientMessage).
+func (s *Store) SaveRecipientMessage(ctx context.Context, emailID string, position int, signed []byte) error {
+	_, err := s.DB.NewUpdate().Model((*EmailRecipient)(nil)).Set("signed_message = ?", signed).
 		Where("email_id = ?", emailID).Where("position = ?", position).
-		Where("signed_message IS NULL").Exec(ctx); err != nil {
-		return nil, err
-	}
-	var stored []byte
-	err := s.DB.NewSelect().Model((*EmailRecipient)(nil)).Column("signed_message").
-		Where("email_id = ?", emailID).Where("position = ?", position).Scan(ctx, &stored)
-	return stored, notFound(err, "recipient")
+		Where("signed_message IS NULL").Exec(ctx)
+	return err
 }
 
 // EmailLink is one link of a tracked email.

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -102,13 +103,28 @@ func TestEngagementLinksAndUnsubscribeSuppression(t *testing.T) {
 		if err := st.CreateEmail(ctx, e, []string{"ada@x.example", "bob@x.example"}); err != nil {
 			t.Fatal(err)
 		}
-		// A recipient's message is stored once.
-		first, err := st.SaveRecipientMessage(ctx, e.ID, 1, []byte("one"))
-		if err != nil || string(first) != "one" {
-			t.Fatal(string(first), err)
+		// A recipient's message is stored once. The lists for delivery say
+		// which recipients have one, without it.
+		if err := st.SaveRecipientMessage(ctx, e.ID, 1, []byte("one")); err != nil {
+			t.Fatal(err)
 		}
-		if again, _ := st.SaveRecipientMessage(ctx, e.ID, 1, []byte("two")); string(again) != "one" {
-			t.Fatalf("a second save replaced the message: %q", again)
+		if err := st.SaveRecipientMessage(ctx, e.ID, 1, []byte("two")); err != nil {
+			t.Fatal(err)
+		}
+		if msg, err := st.RecipientMessage(ctx, e.ID, 1); err != nil || string(msg) != "one" {
+			t.Fatalf("a second save replaced the message: %q, %v", msg, err)
+		}
+		if msg, err := st.RecipientMessage(ctx, e.ID, 0); err != nil || msg != nil {
+			t.Fatalf("recipient 0's message %q, %v", msg, err)
+		}
+		if _, err := st.RecipientMessage(ctx, e.ID, 2); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a recipient the email does not have: %v", err)
+		}
+		for _, list := range []func(context.Context, string) ([]store.EmailRecipient, error){st.RecipientsForDelivery, st.PendingRecipients} {
+			rs, err := list(ctx, e.ID)
+			if err != nil || len(rs) != 2 || rs[0].HasMessage || !rs[1].HasMessage || rs[1].SignedMessage != nil || rs[1].Address != "bob@x.example" {
+				t.Fatalf("recipients %+v, %v", rs, err)
+			}
 		}
 		// The links of the first save stay.
 		if err := st.SaveEmailLinks(ctx, e.ID, []string{"https://a.example/?x=1&y=2", "http://b.example"}); err != nil {
@@ -170,8 +186,8 @@ func TestEngagementLinksAndUnsubscribeSuppression(t *testing.T) {
 		if err := st.EraseEmailContent(ctx, e.ID); err != nil {
 			t.Fatal(err)
 		}
-		if msg, _ := st.SaveRecipientMessage(ctx, e.ID, 1, nil); msg != nil {
-			t.Fatal("a recipient's message survived erasure")
+		if msg, err := st.RecipientMessage(ctx, e.ID, 1); err != nil || msg != nil {
+			t.Fatalf("a recipient's message survived erasure: %q, %v", msg, err)
 		}
 		if _, err := st.ClickTarget(ctx, e.ID, 0); err != nil {
 			t.Fatal("links must outlive the content: clicks come for as long as the mail is read")
