@@ -64,7 +64,7 @@ func (s *Server) InternalHandler() http.Handler {
 	huma.Register(internal, huma.Operation{
 		OperationID: "ingest-event", Method: http.MethodPost, Path: "/internal/v1/events", DefaultStatus: http.StatusAccepted,
 		Summary:      "Ingest email event",
-		Description:  "Stores the event and fans it out to one delivery per enabled webhook of the domain's organizations that subscribes to its type. A new event counts once in each organization's statistics (on the UTC day of its timestamp); complained also puts to_email on each organization's suppression list. Idempotent on event_id: a repeat counts nothing. 503 means the deliveries are stored but not all could be scheduled: send the same event again.",
+		Description:  "Stores the event and fans it out to one delivery per enabled webhook of the domain's organizations that subscribes to its type. A new event counts once in each organization's statistics (on the UTC day of its timestamp); complained also puts to_email on each organization's suppression list. Idempotent on event_id: a repeat counts nothing; another event under a used event_id is 422. 503 means the deliveries are stored but not all could be scheduled: send the same event again.",
 		Security:     []map[string][]string{{bearerScheme: {}}},
 		MaxBodyBytes: maxBodyBytes + 1,
 		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusRequestEntityTooLarge,
@@ -155,6 +155,9 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 		MessageID: b.MessageID, ToEmail: b.ToEmail, Subject: b.Subject,
 	}
 	deliveries, _, err := s.store.IngestEvent(ctx, ev, owners, body, deliveryruns.NewDeliveryID)
+	if errors.Is(err, store.ErrEventIDReused) {
+		return nil, fieldError("body.event_id", "event_id "+b.EventID+" was already used for another event (another domain, type, message_id or to_email); a repeat must be the same event")
+	}
 	if err != nil {
 		return nil, err
 	}

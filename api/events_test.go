@@ -105,6 +105,20 @@ func TestIngestDeliversSignedEventsOnce(t *testing.T) {
 	if fmt.Sprint(again) != fmt.Sprint(ids) {
 		t.Fatalf("repeat answered %v, first %v", again, ids)
 	}
+	// Another event under the same event_id is refused, not taken for the
+	// first (whose deliveries it would have been answered with).
+	h.domainInStatus(h.orgID, "other.example", store.DomainVerified)
+	for _, other := range []map[string]any{
+		event("e1", "other.example", "delivered"),
+		event("e1", "shop.example", "bounced"),
+		withField(event("e1", "shop.example", "delivered"), "to_email", "bob@customer.example"),
+	} {
+		r := post(t, internal.URL, "/internal/v1/events", internalToken, other)
+		r.expectError(t, 422, "validation_failed")
+		if loc := r.Body["error"].(map[string]any)["details"].([]any)[0].(map[string]any)["location"]; loc != "body.event_id" {
+			t.Fatalf("detail at %v: %s", loc, r.Raw)
+		}
+	}
 	testenv.Eventually(t, 10*time.Second, "delivered status", func() bool {
 		page := h.do("GET", fmt.Sprintf("/api/v1/webhooks/%d/deliveries", subscribed), h.adminKey, nil).data(t, 200)
 		ds := page["deliveries"].([]any)

@@ -49,13 +49,25 @@ func (s *Store) VerifiedDomainOrganizations(ctx context.Context, name string) ([
 	return owners, err
 }
 
+// ErrEventIDReused refuses an event whose event_id an event of another
+// domain, type, message or recipient has: a repeat must be the same event.
+var ErrEventIDReused = errors.New("event_id was already used for another event")
+
+// sameEvent reports whether b, sent with a's event_id, is a's repeat: the
+// same domain, type, message and recipient (the rest, such as the
+// timestamp's spelling, may differ between tries).
+func sameEvent(a, b *Event) bool {
+	return a.Domain == b.Domain && a.EventType == b.EventType && a.MessageID == b.MessageID && a.ToEmail == b.ToEmail
+}
+
 // IngestEvent stores an event and one pending delivery, carrying body, per
 // enabled webhook of the owners' organizations that subscribes to its type, in
 // one transaction. In the same transaction it counts the event in each owner's
 // daily statistics (on the UTC day of OccurredAt) and, for a complaint, puts
 // ToEmail on each owner's suppression list. It is idempotent on EventID: for
 // an event seen before it creates and counts nothing and returns the
-// deliveries made the first time, with created false.
+// deliveries made the first time, with created false; another event under
+// the same EventID is ErrEventIDReused.
 func (s *Store) IngestEvent(ctx context.Context, ev *Event, owners []DomainOwner, body []byte, newID func() (string, error)) (deliveries []Delivery, created bool, err error) {
 	if ev.CreatedAt.IsZero() {
 		ev.CreatedAt = now()
@@ -70,9 +82,14 @@ func (s *Store) IngestEvent(ctx context.Context, ev *Event, owners []DomainOwner
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			if err := tx.NewSelect().Model(ev).Where("event_id = ?", ev.EventID).Scan(ctx); err != nil {
+			first := new(Event)
+			if err := tx.NewSelect().Model(first).Where("event_id = ?", ev.EventID).Scan(ctx); err != nil {
 				return err
 			}
+			if !sameEvent(first, ev) {
+				return ErrEventIDReused
+			}
+			*ev = *first
 			deliveries, err = eventDeliveries(ctx, tx, ev.ID)
 			return err
 		}
