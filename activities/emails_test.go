@@ -1,0 +1,161 @@
+package activities_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/emersion/go-smtp"
+	"github.com/google/uuid"
+
+	"github.com/mailyard/mailyard/activities"
+	"github.com/mailyard/mailyard/internal/bouncetag"
+	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/mailmsg"
+	"github.com/mailyard/mailyard/internal/secrets"
+	"github.com/mailyard/mailyard/internal/smtpsend"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/testenv"
+	"github.com/mailyard/mailyard/internal/tracking"
+	"github.com/mailyard/mailyard/internal/tracktoken"
+	"github.com/mailyard/mailyard/workflows/email"
+)
+
+// relay is the SMTP relay of the sending tests: a real go-smtp server on
+// loopback that keeps each message's envelope, and runs afterData once a
+// message is taken.
+type relay struct {
+	mu        sync.Mutex
+	taken     []string // "<MAIL FROM> <RCPT TO>" of each message
+	afterData func(rcpt string)
+}
+
+func (r *relay) NewSession(*smtp.Conn) (smtp.Session, error) { return &relaySession{r: r}, nil }
+
+type relaySession struct {
+	r        *relay
+	from, to string
+}
+
+func (s *relaySession) Mail(from string, _ *smtp.MailOptions) error { s.from = from; return nil }
+func (s *relaySession) Rcpt(to string, _ *smtp.RcptOptions) error   { s.to = to; return nil }
+func (s *relaySession) Data(r io.Reader) error {
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return err
+	}
+	s.r.mu.Lock()
+	s.r.taken = append(s.r.taken, s.from+" "+s.to)
+	s.r.mu.Unlock()
+	if s.r.afterData != nil {
+		s.r.afterData(s.to)
+	}
+	return nil
+}
+func (s *relaySession) Reset()        {}
+func (s *relaySession) Logout() error { return nil }
+
+// A tracked email's recipients each get their own message, read as their
+// transaction begins, and their own return path. A message that cannot be
+// read then (here: erased under the step) is not sent, and nothing is
+// recorded for its recipient: the step fails, so Temporal runs it again,
+// after recording the recipient that was sent to.
+func TestFirstAttemptReadsEachTrackedMessageWhenSending(t *testing.T) {
+	ctx := context.Background()
+	st := testenv.OpenStore(t, testenv.PostgresURL(t))
+	box, _ := secrets.New(make([]byte, 32))
+	tags, _ := bouncetag.New(make([]byte, 32))
+	tokens, _ := tracktoken.New(make([]byte, 32))
+
+	r := &relay{}
+	server := smtp.NewServer(r)
+	server.Domain = "relay.example"
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = server.Serve(l) }()
+	t.Cleanup(func() { _ = server.Close() })
+	sender, err := smtpsend.New(smtpsend.Config{Mode: smtpsend.ModeRelay, Relay: l.Addr().String(), HELO: "mailyard.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &activities.Emails{Store: st, Box: box, Tags: tags, Sender: sender,
+		Links: &tracking.Links{Keys: tokens, BounceHost: "bounces.example"}, TrackingURL: "https://t.example"}
+
+	org, err := st.CreateOrganizationWithKey(ctx, "acme", &store.APIKey{Label: "b", Username: "b", Prefix: "p", Digest: []byte("d"), Permissions: store.Permissions{"admin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	domainID := domainWithActiveKey(t, st, box, org.ID, "shop.example")
+	msg, problems := mailmsg.Validate(mailmsg.Request{From: "news@shop.example", To: []string{"ada@rcpt.example", "bob@rcpt.example"},
+		Subject: "Sale", HTML: "<p>Our <a href=\"https://shop.example/sale\">sale</a></p>"}, "shop.example")
+	if len(problems) > 0 {
+		t.Fatal(problems)
+	}
+	content, _ := json.Marshal(msg)
+	id := uuid.Must(uuid.NewV7()).String()
+	e := &store.Email{ID: id, OrganizationID: org.ID, DomainID: domainID, FromAddress: "news@shop.example",
+		Subject: "Sale", Content: content, TrackOpens: true, TrackClicks: true}
+	if err := st.CreateEmail(ctx, e, msg.Recipients()); err != nil {
+		t.Fatal(err)
+	}
+
+	// Once ada@'s message is taken, bob@'s is erased before its turn.
+	r.afterData = func(rcpt string) {
+		if rcpt == "ada@rcpt.example" {
+			if _, err := st.DB.NewUpdate().Model((*store.EmailRecipient)(nil)).Set("signed_message = NULL").
+				Where("email_id = ?", id).Where("position = 1").Exec(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	_, err = a.FirstAttempt(ctx, email.FirstAttemptInput{EmailID: id, Send: true})
+	if err == nil || !strings.Contains(err.Error(), "recipient 1's message was erased") {
+		t.Fatalf("FirstAttempt: %v, want the unread message's error", err)
+	}
+	adaPath, _ := tags.RecipientSender(tags.Sender(id, "mail.shop.example"), 0)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.taken) != 1 || r.taken[0] != adaPath+" ada@rcpt.example" {
+		t.Fatalf("the relay took %q, want ada@'s message from %s only", r.taken, adaPath)
+	}
+	rs, err := st.EmailRecipients(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs[0].Status != store.RecipientDelivered || rs[1].Status != store.RecipientQueued || rs[1].Attempts != 0 {
+		t.Fatalf("recipients after the step: %+v", rs)
+	}
+}
+
+// domainWithActiveKey stores a verified domain with an active DKIM key.
+func domainWithActiveKey(t *testing.T, st *store.Store, box *secrets.Box, orgID int64, name string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	token, err := keys.RandomString(32, keys.LowerAlnum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &store.Domain{OrganizationID: orgID, Domain: name, MailFromSubdomain: "mail." + name, DKIMToken: token, Status: store.DomainVerified}
+	if err := st.CreateDomain(ctx, d, nil); err != nil {
+		t.Fatal(err)
+	}
+	k, err := keys.NewDKIMKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	selector := token + "-1"
+	sealed, err := box.Seal(k.PrivatePKCS8, store.DKIMKeyBinding(selector, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.InsertDKIMKeyIfAbsent(ctx, &store.DKIMKey{Selector: selector, DomainID: d.ID, Position: 1, Generation: 1,
+		State: store.DKIMActive, Bits: keys.DKIMKeyBits, PrivateKeyEnc: sealed, PublicKey: k.PublicBase64}); err != nil {
+		t.Fatal(err)
+	}
+	return d.ID
+}
