@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net/mail"
 	"net/textproto"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
@@ -179,6 +180,11 @@ func FuzzPrepareSubmitted(f *testing.F) {
 		}
 		if hasHeaderControl(info.Subject) || hasHeaderControl(info.From.Name) {
 			t.Fatalf("subject %q or display name %q has a control character", info.Subject, info.From.Name)
+		}
+		for _, a := range slices.Concat(info.To, info.Cc) {
+			if hasHeaderControl(a) || strings.ToValidUTF8(a, "\uFFFD") != a {
+				t.Fatalf("To or Cc entry %q has a control character or invalid UTF-8", a)
+			}
 		}
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"net/textproto"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Submitted is what Mailyard reads of a message an application hands over
@@ -77,15 +78,7 @@ func PrepareSubmitted(raw []byte, emailID, domain string, now time.Time, utf8 bo
 	if hasHeaderControl(info.From.Name) {
 		return nil, info, ErrControl
 	}
-	for _, f := range []struct {
-		name string
-		dst  *[]string
-	}{{"To", &info.To}, {"Cc", &info.Cc}} {
-		list, _ := mh.AddressList(f.name)
-		for _, a := range list {
-			*f.dst = append(*f.dst, displayAddress(*a))
-		}
-	}
+	info.To, info.Cc = displayList(mh, "To"), displayList(mh, "Cc")
 	info.Subject = mh.Get("Subject")
 	if dec, err := new(mime.WordDecoder).DecodeHeader(info.Subject); err == nil {
 		info.Subject = dec
@@ -139,7 +132,33 @@ func withoutField(head []byte, name string) []byte {
 // text labelled ISO-8859-1, a common mistake, decodes its quotes and dashes
 // to C1 controls.
 func hasHeaderControl(s string) bool {
-	return strings.ContainsFunc(s, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f })
+	return strings.ContainsFunc(s, isHeaderControl)
+}
+
+// isHeaderControl is a character hasHeaderControl looks for.
+func isHeaderControl(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f }
+
+// displayList is the To or Cc field's addresses as the API shows them. The
+// message goes out as written whatever they hold; only the list shown is
+// mended: invalid UTF-8 in the field (with SMTPUTF8), which would make the
+// whole list unreadable and every recipient look like a Bcc, and control
+// characters that encoded words decode to, a NUL above all, become U+FFFD.
+func displayList(h mail.Header, name string) []string {
+	list, err := mail.ParseAddressList(strings.ToValidUTF8(h.Get(name), "\uFFFD"))
+	if err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(list))
+	for _, a := range list {
+		a.Name = strings.Map(func(r rune) rune {
+			if isHeaderControl(r) {
+				return utf8.RuneError
+			}
+			return r
+		}, a.Name)
+		out = append(out, displayAddress(*a))
+	}
+	return out
 }
 
 func displayAddress(a mail.Address) string {

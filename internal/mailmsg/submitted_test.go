@@ -1,7 +1,9 @@
 package mailmsg
 
 import (
+	"bytes"
 	"errors"
+	"slices"
 	"testing"
 )
 
@@ -47,3 +49,27 @@ func TestPrepareSubmittedControlCharacters(t *testing.T) {
 
 // errAny stands for any error in a test table.
 var errAny = errors.New("any error")
+
+// The To and Cc lists the API shows (recipients in neither are Bcc) survive
+// a display name with invalid UTF-8, which made the whole list unreadable,
+// and one whose encoded word decodes to a control character: each becomes
+// U+FFFD. The message itself goes out as written.
+func TestPrepareSubmittedDisplayLists(t *testing.T) {
+	header := "From: a@example.com\r\n" +
+		"To: \"Ad\xffa\" <ada@example.org>, bob@example.org\r\n" +
+		"Cc: =?utf-8?q?C=00y?= <cy@example.org>, =?iso-8859-1?q?=93Di=94?= <di@example.org>\r\n" +
+		"Subject: s\r\n"
+	raw := []byte(header + "\r\nHi.\r\n")
+	out, info, err := PrepareSubmitted(raw, "em_1", testDomain, testDate, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTo := []string{"Ad\uFFFDa <ada@example.org>", "bob@example.org"}
+	wantCc := []string{"C\uFFFDy <cy@example.org>", "\u0093Di\u0094 <di@example.org>"}
+	if !slices.Equal(info.To, wantTo) || !slices.Equal(info.Cc, wantCc) {
+		t.Fatalf("To %q, Cc %q; want %q, %q", info.To, info.Cc, wantTo, wantCc)
+	}
+	if !bytes.Contains(out, []byte("\"Ad\xffa\" <ada@example.org>")) {
+		t.Fatal("the To field was changed in the message")
+	}
+}
