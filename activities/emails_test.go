@@ -14,7 +14,6 @@ import (
 
 	"github.com/mailyard/mailyard/activities"
 	"github.com/mailyard/mailyard/internal/bouncetag"
-	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/mailmsg"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/smtpsend"
@@ -90,7 +89,7 @@ func TestFirstAttemptReadsEachTrackedMessageWhenSending(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	domainID := domainWithActiveKey(t, st, box, org.ID, "shop.example")
+	domainID := testenv.SigningDomain(t, st, box, org.ID, "shop.example")
 	msg, problems := mailmsg.Validate(mailmsg.Request{From: "news@shop.example", To: []string{"ada@rcpt.example", "bob@rcpt.example"},
 		Subject: "Sale", HTML: "<p>Our <a href=\"https://shop.example/sale\">sale</a></p>"}, "shop.example")
 	if len(problems) > 0 {
@@ -130,32 +129,4 @@ func TestFirstAttemptReadsEachTrackedMessageWhenSending(t *testing.T) {
 	if rs[0].Status != store.RecipientDelivered || rs[1].Status != store.RecipientQueued || rs[1].Attempts != 0 {
 		t.Fatalf("recipients after the step: %+v", rs)
 	}
-}
-
-// domainWithActiveKey stores a verified domain with an active DKIM key.
-func domainWithActiveKey(t *testing.T, st *store.Store, box *secrets.Box, orgID int64, name string) int64 {
-	t.Helper()
-	ctx := context.Background()
-	token, err := keys.RandomString(32, keys.LowerAlnum)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &store.Domain{OrganizationID: orgID, Domain: name, MailFromSubdomain: "mail." + name, DKIMToken: token, Status: store.DomainVerified}
-	if err := st.CreateDomain(ctx, d, nil); err != nil {
-		t.Fatal(err)
-	}
-	k, err := keys.NewDKIMKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	selector := token + "-1"
-	sealed, err := box.Seal(k.PrivatePKCS8, store.DKIMKeyBinding(selector, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.InsertDKIMKeyIfAbsent(ctx, &store.DKIMKey{Selector: selector, DomainID: d.ID, Position: 1, Generation: 1,
-		State: store.DKIMActive, Bits: keys.DKIMKeyBits, PrivateKeyEnc: sealed, PublicKey: k.PublicBase64}); err != nil {
-		t.Fatal(err)
-	}
-	return d.ID
 }

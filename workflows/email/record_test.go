@@ -25,7 +25,6 @@ import (
 	"github.com/mailyard/mailyard/internal/bouncetag"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/dnscheck"
-	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/mailmsg"
 	"github.com/mailyard/mailyard/internal/searchattr"
 	"github.com/mailyard/mailyard/internal/secrets"
@@ -118,7 +117,7 @@ func TestRecordHistories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	domain := verifiedDomain(t, st, box, org.ID, "shop.example")
+	domain := testenv.SigningDomain(t, st, box, org.ID, "shop.example")
 	if err := store.Suppress(ctx, st.DB, org.ID, "gone@rcpt.example", store.SuppressionHardBounce); err != nil {
 		t.Fatal(err)
 	}
@@ -233,36 +232,6 @@ func TestRecordHistories(t *testing.T) {
 
 // payloadData finds the payloads' data in a history's JSON.
 var payloadData = regexp.MustCompile(`"data": "([A-Za-z0-9+/=]*)"`)
-
-// verifiedDomain stores a verified domain with an active DKIM key, as
-// onboarding leaves it.
-func verifiedDomain(t *testing.T, st *store.Store, box *secrets.Box, orgID int64, name string) int64 {
-	t.Helper()
-	ctx := context.Background()
-	token, err := keys.RandomString(32, keys.LowerAlnum)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &store.Domain{OrganizationID: orgID, Domain: name, MailFromSubdomain: "mail." + name, DKIMToken: token, Status: store.DomainVerified}
-	if err := st.CreateDomain(ctx, d, nil); err != nil {
-		t.Fatal(err)
-	}
-	k, err := keys.NewDKIMKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	selector := token + "-1"
-	sealed, err := box.Seal(k.PrivatePKCS8, store.DKIMKeyBinding(selector, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = st.InsertDKIMKeyIfAbsent(ctx, &store.DKIMKey{Selector: selector, DomainID: d.ID, Position: 1, Generation: 1,
-		State: store.DKIMActive, Bits: keys.DKIMKeyBits, PrivateKeyEnc: sealed, PublicKey: k.PublicBase64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d.ID
-}
 
 // newEmail stores an email as the API does before it starts the workflow.
 func newEmail(t *testing.T, st *store.Store, orgID, domainID int64, id, subject string, to []string) {
