@@ -86,6 +86,17 @@ func mxSender(t *testing.T, zone *testenv.DNSZone, port int, adjust ...func(*smt
 	return s
 }
 
+// twoDomainsZone routes one.test and two.test to exchangers of their own,
+// both at 127.0.0.1.
+func twoDomainsZone(t *testing.T) *testenv.DNSZone {
+	return dnsZone(t,
+		"one.test. 60 IN MX 10 mx.one.test.",
+		"two.test. 60 IN MX 10 mx.two.test.",
+		"mx.one.test. 60 IN A 127.0.0.1",
+		"mx.two.test. 60 IN A 127.0.0.1",
+	)
+}
+
 // exampleZone routes example.test to mx.example.test at 127.0.0.1.
 func exampleZone(t *testing.T) *testenv.DNSZone {
 	return dnsZone(t,
@@ -484,13 +495,7 @@ func TestPrivateAddressRefusedAtDialTime(t *testing.T) {
 
 func TestTwoDomainsTwoTransactions(t *testing.T) {
 	srv := startServer(t, serverOptions{})
-	zone := dnsZone(t,
-		"one.test. 60 IN MX 10 mx.one.test.",
-		"two.test. 60 IN MX 10 mx.two.test.",
-		"mx.one.test. 60 IN A 127.0.0.1",
-		"mx.two.test. 60 IN A 127.0.0.1",
-	)
-	s := mxSender(t, zone, srv.port)
+	s := mxSender(t, twoDomainsZone(t), srv.port)
 
 	for _, r := range send(t, s, "a@one.test", "b@two.test", "c@One.Test") {
 		wantResult(t, r, smtpsend.Delivered, 250, "")
@@ -603,13 +608,7 @@ func TestSendEachSharesConnections(t *testing.T) {
 		}
 		return nil
 	}
-	zone := dnsZone(t,
-		"one.test. 60 IN MX 10 mx.one.test.",
-		"two.test. 60 IN MX 10 mx.two.test.",
-		"mx.one.test. 60 IN A 127.0.0.1",
-		"mx.two.test. 60 IN A 127.0.0.1",
-	)
-	s := mxSender(t, zone, srv.port)
+	s := mxSender(t, twoDomainsZone(t), srv.port)
 	var envs []smtpsend.Envelope
 	for i := range 25 {
 		envs = append(envs, smtpsend.Envelope{From: fmt.Sprintf("bounces+%d@bounces.test", i), Recipient: fmt.Sprintf("r%d@one.test", i), Message: message})
