@@ -66,7 +66,7 @@ type reportedEmail struct {
 // return path it came back to, or the email's only recipient.
 func (e *reportedEmail) recipientFor(addrs ...string) *store.EmailRecipient {
 	if r := findRecipient(e.recipients, addrs...); r != nil {
-		if e.reportable != nil && !e.reportable[r.Position] {
+		if !e.mayConcern(r) {
 			return nil
 		}
 		return r
@@ -86,6 +86,11 @@ func (e *reportedEmail) recipientFor(addrs ...string) *store.EmailRecipient {
 		}
 	}
 	return nil
+}
+
+// mayConcern reports whether the report may concern recipient r.
+func (e *reportedEmail) mayConcern(r *store.EmailRecipient) bool {
+	return e.reportable == nil || e.reportable[r.Position]
 }
 
 // Handle classifies a stored message and applies its effects, each in the
@@ -182,7 +187,7 @@ func (a *Inbound) apply(ctx context.Context, report *bouncereport.Report, email 
 			return store.InboundUnrecognized, 0, nil
 		}
 		r := findRecipient(email.recipients, addr)
-		if email.reportable != nil && !email.reportable[r.Position] {
+		if !email.mayConcern(r) {
 			return store.InboundLegacyBounce, 0, nil
 		}
 		n, err := a.bounce(ctx, email, *r, asyncBounce{hard: true, enhancedStatus: status,
