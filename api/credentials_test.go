@@ -174,10 +174,7 @@ func TestCreateCredentialRefusals(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := h.do("POST", "/api/v1/credentials", h.adminKey, fmt.Sprintf(c.body, verified))
 			r.expectError(t, 422, "validation_failed")
-			var got []string
-			for _, d := range r.Body["error"].(map[string]any)["details"].([]any) {
-				got = append(got, d.(map[string]any)["location"].(string))
-			}
+			got := r.detailLocations()
 			sort.Strings(got)
 			if strings.Join(got, " ") != strings.Join(c.locations, " ") {
 				t.Fatalf("details at %v, want %v: %s", got, c.locations, r.Raw)
@@ -187,10 +184,7 @@ func TestCreateCredentialRefusals(t *testing.T) {
 	// Each missing field gets its own detail.
 	r = h.do("POST", "/api/v1/credentials", h.adminKey, `{}`)
 	r.expectError(t, 422, "validation_failed")
-	var missing []string
-	for _, d := range r.Body["error"].(map[string]any)["details"].([]any) {
-		missing = append(missing, d.(map[string]any)["location"].(string))
-	}
+	missing := r.detailLocations()
 	sort.Strings(missing)
 	if strings.Join(missing, " ") != "body.label body.permissions body.sending_domain_id" {
 		t.Fatalf("details for {} at %v: %s", missing, r.Raw)

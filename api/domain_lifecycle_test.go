@@ -38,9 +38,8 @@ func TestUpdateDKIMSettings(t *testing.T) {
 	for _, days := range []int{7, 731} {
 		r := h.do("PATCH", path, h.adminKey, map[string]any{"rotation_interval_days": days})
 		r.expectError(t, 422, "validation_failed")
-		details := r.Body["error"].(map[string]any)["details"].([]any)
-		if loc := details[0].(map[string]any)["location"]; loc != "body.rotation_interval_days" {
-			t.Fatalf("%d days: detail at %v", days, loc)
+		if locs := r.detailLocations(); len(locs) == 0 || locs[0] != "body.rotation_interval_days" {
+			t.Fatalf("%d days: details at %v", days, locs)
 		}
 	}
 	h.do("PATCH", path, h.adminKey, map[string]any{}).expectError(t, 422, "validation_failed")

@@ -115,8 +115,8 @@ func TestIngestDeliversSignedEventsOnce(t *testing.T) {
 	} {
 		r := post(t, internal.URL, "/internal/v1/events", internalToken, other)
 		r.expectError(t, 422, "validation_failed")
-		if loc := r.Body["error"].(map[string]any)["details"].([]any)[0].(map[string]any)["location"]; loc != "body.event_id" {
-			t.Fatalf("detail at %v: %s", loc, r.Raw)
+		if locs := r.detailLocations(); len(locs) == 0 || locs[0] != "body.event_id" {
+			t.Fatalf("details at %v: %s", locs, r.Raw)
 		}
 	}
 	testenv.Eventually(t, 10*time.Second, "delivered status", func() bool {
@@ -202,8 +202,8 @@ func TestIngestRefusals(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := post(t, internal.URL, "/internal/v1/events", internalToken, c.body)
 			r.expectError(t, 422, "validation_failed")
-			if loc := r.Body["error"].(map[string]any)["details"].([]any)[0].(map[string]any)["location"]; loc != c.location {
-				t.Fatalf("detail at %v, want %s: %s", loc, c.location, r.Raw)
+			if locs := r.detailLocations(); len(locs) == 0 || locs[0] != c.location {
+				t.Fatalf("details at %v, want %s first: %s", locs, c.location, r.Raw)
 			}
 		})
 	}

@@ -177,6 +177,18 @@ func (r response) expectError(t *testing.T, status int, code string) {
 }
 
 // data returns the success envelope's data after checking status.
+// detailLocations lists the locations of an error's details, in order.
+func (r response) detailLocations() []string {
+	var locs []string
+	e, _ := r.Body["error"].(map[string]any)
+	details, _ := e["details"].([]any)
+	for _, d := range details {
+		loc, _ := d.(map[string]any)["location"].(string)
+		locs = append(locs, loc)
+	}
+	return locs
+}
+
 func (r response) data(t *testing.T, status int) map[string]any {
 	t.Helper()
 	if r.Status != status {

@@ -168,8 +168,8 @@ func TestIdempotencyKeyRules(t *testing.T) {
 	for _, bad := range []string{strings.Repeat("k", 256), "clé", ""} {
 		r := post(bad, webhookBody)
 		r.expectError(t, 422, "validation_failed")
-		if loc := r.Body["error"].(map[string]any)["details"].([]any)[0].(map[string]any)["location"]; loc != "header.Idempotency-Key" {
-			t.Fatalf("%q: detail at %v", bad, loc)
+		if locs := r.detailLocations(); len(locs) == 0 || locs[0] != "header.Idempotency-Key" {
+			t.Fatalf("%q: details at %v", bad, locs)
 		}
 	}
 	post(strings.Repeat("k", 255), webhookBody).data(t, 201)

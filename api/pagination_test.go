@@ -189,9 +189,8 @@ func TestPaginationRefusesBadCursorsAndLimits(t *testing.T) {
 	} {
 		r := h.do("GET", path, h.adminKey, nil)
 		r.expectError(t, 422, "validation_failed")
-		details := r.Body["error"].(map[string]any)["details"].([]any)
-		if loc := details[0].(map[string]any)["location"]; loc != "query.cursor" {
-			t.Fatalf("%s: detail at %v, want query.cursor", path, loc)
+		if locs := r.detailLocations(); len(locs) == 0 || locs[0] != "query.cursor" {
+			t.Fatalf("%s: details at %v, want query.cursor first", path, locs)
 		}
 	}
 	for _, limit := range []string{"0", "101", "-1", "x"} {

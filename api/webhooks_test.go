@@ -88,9 +88,8 @@ func TestCreateWebhookValidation(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := h.do("POST", "/api/v1/webhooks", h.adminKey, c.body)
 			r.expectError(t, 422, "validation_failed")
-			details := r.Body["error"].(map[string]any)["details"].([]any)
-			if loc := details[0].(map[string]any)["location"]; loc != c.location {
-				t.Fatalf("detail at %v, want %s: %s", loc, c.location, r.Raw)
+			if locs := r.detailLocations(); len(locs) == 0 || locs[0] != c.location {
+				t.Fatalf("details at %v, want %s first: %s", locs, c.location, r.Raw)
 			}
 		})
 	}
