@@ -101,8 +101,8 @@ func TestAttemptDeliversAndRecords(t *testing.T) {
 	if f.deliveryStatus(t, id) != store.DeliveryDelivered {
 		t.Fatal("delivery not marked delivered")
 	}
-	attempts, _ := f.st.AttemptsOf(context.Background(), []string{id})
-	if len(attempts[id]) != 1 || attempts[id][0].StatusCode == nil || *attempts[id][0].StatusCode != 200 {
+	attempts, _ := f.st.AttemptsOf(context.Background(), []string{id}, 10)
+	if log := attempts[id].Latest; len(log) != 1 || log[0].StatusCode == nil || *log[0].StatusCode != 200 {
 		t.Fatalf("attempts %+v", attempts)
 	}
 	// A late retry of the same activity sends nothing more.
@@ -271,7 +271,7 @@ func TestAttemptRoundTrips(t *testing.T) {
 		if tc.stale && !w.HealthyAt.After(old.Add(time.Minute)) {
 			t.Errorf("%s: failure clock not restarted: healthy_at %v", tc.name, w.HealthyAt)
 		}
-		if attempts, err := f.st.AttemptsOf(ctx, []string{id}); err != nil || len(attempts[id]) != 1 || attempts[id][0].ID == 0 {
+		if attempts, err := f.st.AttemptsOf(ctx, []string{id}, 10); err != nil || len(attempts[id].Latest) != 1 || attempts[id].Latest[0].ID == 0 {
 			t.Errorf("%s: attempts %+v %v", tc.name, attempts, err)
 		}
 		if len(q) > tc.want {

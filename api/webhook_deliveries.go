@@ -27,8 +27,15 @@ type Delivery struct {
 	Status     string         `json:"status" enum:"pending,delivered,failed"`
 	CreatedAt  time.Time      `json:"created_at"`
 	FinishedAt *time.Time     `json:"finished_at" nullable:"true"`
-	Attempts   []Attempt      `json:"attempts"`
+	Attempts   []Attempt      `json:"attempts" doc:"The latest attempts, oldest first: at most 24 (three series of the schedule)."`
+	// AttemptCount tells a client that attempts left the older ones out.
+	AttemptCount int `json:"attempt_count" doc:"How many attempts were made in all, across every retry and recovery."`
 }
+
+// shownAttempts is how many of a delivery's attempts its log shows: three
+// series of the schedule. Each retry or recovery adds a series, so the list
+// of deliveries would otherwise grow without bound (docs/webhooks.md).
+const shownAttempts = 24
 
 // Attempt is one POST of a delivery.
 type Attempt struct {
@@ -40,12 +47,13 @@ type Attempt struct {
 	ResponseTruncated bool      `json:"response_truncated"`
 }
 
-func deliveryFromStore(d *store.Delivery, attempts []store.DeliveryAttempt) Delivery {
+func deliveryFromStore(d *store.Delivery, attempts store.AttemptLog) Delivery {
 	out := Delivery{
 		ID: d.ID, WebhookID: d.WebhookID, EventType: eventtype.Type(d.EventType), Test: d.EventID == nil && d.PlatformEventID == nil,
 		Status: d.Status, CreatedAt: d.CreatedAt.UTC(), FinishedAt: utc(d.FinishedAt), Attempts: []Attempt{},
+		AttemptCount: attempts.Total,
 	}
-	for _, a := range attempts {
+	for _, a := range attempts.Latest {
 		out.Attempts = append(out.Attempts, Attempt{
 			AttemptedAt: a.AttemptedAt.UTC(), StatusCode: a.StatusCode, Error: a.Error, DurationMS: a.DurationMS,
 			// Receivers answer in any encoding; the log is JSON text.
@@ -158,7 +166,7 @@ func (s *Server) testWebhook(ctx context.Context, in *TestWebhookInput) (*Respon
 	if err := s.deliveries.StartFirst(ctx, []string{id}); err != nil {
 		return nil, err
 	}
-	return respond(DeliveryData{Delivery: deliveryFromStore(d, nil)}), nil
+	return respond(DeliveryData{Delivery: deliveryFromStore(d, store.AttemptLog{})}), nil
 }
 
 func (s *Server) listDeliveries(ctx context.Context, in *ListDeliveriesInput) (*Response[DeliveryPage], error) {
@@ -184,7 +192,7 @@ func (s *Server) listDeliveries(ctx context.Context, in *ListDeliveriesInput) (*
 	for i := range rows {
 		ids[i] = rows[i].ID
 	}
-	attempts, err := s.store.AttemptsOf(ctx, ids)
+	attempts, err := s.store.AttemptsOf(ctx, ids, shownAttempts)
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +239,7 @@ func (s *Server) retryDelivery(ctx context.Context, in *RetryDeliveryInput) (*Re
 		return nil, err
 	}
 	d.Status, d.FinishedAt = store.DeliveryPending, nil
-	attempts, err := s.store.AttemptsOf(ctx, []string{d.ID})
+	attempts, err := s.store.AttemptsOf(ctx, []string{d.ID}, shownAttempts)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -24,14 +25,19 @@ func (h *harness) deliveries(webhookID int64, query string) map[string]any {
 
 func (h *harness) deliveryStatus(webhookID int64, id string) (string, []any) {
 	h.t.Helper()
+	m := h.listedDelivery(webhookID, id)
+	return m["status"].(string), m["attempts"].([]any)
+}
+
+func (h *harness) listedDelivery(webhookID int64, id string) map[string]any {
+	h.t.Helper()
 	for _, d := range h.deliveries(webhookID, "?limit=100")["deliveries"].([]any) {
-		m := d.(map[string]any)
-		if m["id"] == id {
-			return m["status"].(string), m["attempts"].([]any)
+		if m := d.(map[string]any); m["id"] == id {
+			return m
 		}
 	}
 	h.t.Fatalf("delivery %s not listed", id)
-	return "", nil
+	return nil
 }
 
 func (h *harness) waitStatus(webhookID int64, id, status string) []any {
@@ -77,6 +83,9 @@ func TestTestEventAndRedelivery(t *testing.T) {
 	if attempts := h.waitStatus(id, dID, "delivered"); len(attempts) != 2 {
 		t.Fatalf("attempts after redelivery %v", attempts)
 	}
+	if n := h.listedDelivery(id, dID)["attempt_count"]; n != 2.0 {
+		t.Fatalf("attempt_count after redelivery %v", n)
+	}
 
 	// A test clicked or opened event has the fields the real one has.
 	for eventType, want := range map[string]string{
@@ -95,6 +104,32 @@ func TestTestEventAndRedelivery(t *testing.T) {
 	h.do("POST", fmt.Sprintf("/api/v1/webhooks/%d/deliveries/%s/retry", id, "not-a-uuid"), h.adminKey, nil).expectError(t, 404, "not_found")
 	h.do("POST", fmt.Sprintf("/api/v1/webhooks/%d/deliveries/0193a5c4-2f00-7000-8000-000000000001/retry", id), h.adminKey, nil).expectError(t, 404, "not_found")
 	h.do("POST", fmt.Sprintf("/api/v1/webhooks/%d/test", id), h.adminKey, map[string]any{"event_type": "sent"}).expectError(t, 422, "validation_failed")
+}
+
+// TestDeliveryLogShowsTheLatestAttempts: each retry adds a series of
+// attempts, so the log shows the latest 24 and counts them all.
+func TestDeliveryLogShowsTheLatestAttempts(t *testing.T) {
+	h := newHarness(t)
+	id, _ := h.createWebhook(h.adminKey, "https://hooks.example.com/never", "delivered")
+	dID := h.sendTest(id, nil)
+	w, err := h.store.WebhookInOrganization(context.Background(), h.orgID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for code := 500; code < 530; code++ {
+		a := &store.DeliveryAttempt{DeliveryID: dID, AttemptedAt: time.Now().UTC(), StatusCode: &code}
+		if _, err := h.store.RecordAttempt(context.Background(), a, w.ID, store.AttemptEffect{}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := h.listedDelivery(id, dID)
+	var codes []int
+	for _, a := range d["attempts"].([]any) {
+		codes = append(codes, int(a.(map[string]any)["status_code"].(float64)))
+	}
+	if d["attempt_count"] != 30.0 || len(codes) != 24 || codes[0] != 506 || codes[23] != 529 {
+		t.Fatalf("attempt_count %v, attempts shown %v", d["attempt_count"], codes)
+	}
 }
 
 // TestAttemptOutcomes walks a shortened schedule through a redirect, a 429

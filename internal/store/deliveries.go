@@ -274,21 +274,38 @@ func (s *Store) ListDeliveries(ctx context.Context, webhookID int64, page Page) 
 	return ds, more, err
 }
 
-// AttemptsOf returns the attempts of the deliveries, oldest first, by
-// delivery id.
-func (s *Store) AttemptsOf(ctx context.Context, deliveryIDs []string) (map[string][]DeliveryAttempt, error) {
-	out := map[string][]DeliveryAttempt{}
+// AttemptLog is what a delivery's log shows of its attempts: the latest
+// ones, oldest first, and how many were made in all.
+type AttemptLog struct {
+	Latest []DeliveryAttempt
+	Total  int
+}
+
+// AttemptsOf returns, by delivery id, each delivery's latest attempts (at
+// most latest of them) and its count of attempts. Every retry or recovery of
+// a delivery adds a series of attempts, so a log that showed them all would
+// grow without end.
+func (s *Store) AttemptsOf(ctx context.Context, deliveryIDs []string, latest int) (map[string]AttemptLog, error) {
+	out := map[string]AttemptLog{}
 	if len(deliveryIDs) == 0 {
 		return out, nil
 	}
-	var rows []DeliveryAttempt
-	if err := s.DB.NewSelect().Model(&rows).
-		Where("delivery_id IN (?)", bun.List(deliveryIDs)).
-		OrderExpr("id").Scan(ctx); err != nil {
+	var rows []struct {
+		DeliveryAttempt
+		Total int `bun:"total"`
+	}
+	if err := s.DB.NewRaw(`SELECT id, delivery_id, attempted_at, status_code, error, duration_ms,
+			response_body, response_truncated, total
+		FROM (SELECT a.*, ROW_NUMBER() OVER (PARTITION BY delivery_id ORDER BY id DESC) AS newest,
+				COUNT(*) OVER (PARTITION BY delivery_id) AS total
+			FROM delivery_attempts AS a WHERE delivery_id IN (?)) AS ranked
+		WHERE newest <= ? ORDER BY id`, bun.List(deliveryIDs), latest).Scan(ctx, &rows); err != nil {
 		return nil, err
 	}
-	for _, a := range rows {
-		out[a.DeliveryID] = append(out[a.DeliveryID], a)
+	for _, r := range rows {
+		log := out[r.DeliveryID]
+		log.Latest, log.Total = append(log.Latest, r.DeliveryAttempt), r.Total
+		out[r.DeliveryID] = log
 	}
 	return out, nil
 }

@@ -154,9 +154,15 @@ func TestIngestFansOutOnceAndAttemptsFinishDeliveries(t *testing.T) {
 		if err != nil || len(list) != 1 || list[0].Status != store.DeliveryFailed || list[0].FinishedAt == nil || list[0].Body != nil {
 			t.Fatalf("list %+v %v", list, err)
 		}
-		attempts, err := st.AttemptsOf(ctx, []string{id})
-		if err != nil || len(attempts[id]) != 2 || *attempts[id][0].StatusCode != 500 || string(attempts[id][0].ResponseBody) != "oops" {
+		attempts, err := st.AttemptsOf(ctx, []string{id, "00000000-0000-7000-8000-000000000000"}, 10)
+		if log := attempts[id]; err != nil || len(attempts) != 1 || log.Total != 2 || len(log.Latest) != 2 ||
+			*log.Latest[0].StatusCode != 500 || string(log.Latest[0].ResponseBody) != "oops" || *log.Latest[1].StatusCode != 410 {
 			t.Fatalf("attempts %+v %v", attempts, err)
+		}
+		// A capped log keeps the latest attempts and counts them all.
+		attempts, err = st.AttemptsOf(ctx, []string{id}, 1)
+		if log := attempts[id]; err != nil || log.Total != 2 || len(log.Latest) != 1 || *log.Latest[0].StatusCode != 410 {
+			t.Fatalf("capped attempts %+v %v", attempts, err)
 		}
 		hook, err := st.WebhookInOrganization(ctx, org, w.ID)
 		if err != nil || hook.Status != store.WebhookDisabled || hook.DisabledReason == nil || *hook.DisabledReason != store.DisabledReceiverGone || hook.DisableCount != 1 || hook.DisabledAt == nil {
