@@ -394,16 +394,17 @@ func (a *Inbound) reportedEmail(ctx context.Context, m *store.InboundMessage, re
 	if err != nil {
 		return nil, err
 	}
-	return &reportedEmail{Email: e, domain: domain, recipients: recipients, reportable: a.reportable(e.ID, m, report, recipients)}, nil
+	return &reportedEmail{Email: e, domain: domain, recipients: recipients, reportable: a.reportable(e, m, report, recipients)}, nil
 }
 
-// reportable is reportedEmail.reportable for a message about the email
-// emailID: the recipients whose return paths the message was sent to or,
-// for a complaint sent to fbl@, the one whose return path the report gives
-// as the original's Original-Mail-From or Return-Path (feedback loops keep
-// it, and it holds no address to redact). A complaint to fbl@ that gives
+// reportable is reportedEmail.reportable for a message about the email e:
+// the recipients whose return paths the message was sent to or, for a
+// complaint sent to fbl@, the one whose return path the report gives as the
+// original's Original-Mail-From or Return-Path (feedback loops keep it, and
+// it holds no address to redact). Only a path the email was sent with counts:
+// the report's text is the sender's to write. A complaint to fbl@ that gives
 // none may concern only an email's only recipient.
-func (a *Inbound) reportable(emailID string, m *store.InboundMessage, report *bouncereport.Report, recipients []store.EmailRecipient) map[int]bool {
+func (a *Inbound) reportable(e *store.Email, m *store.InboundMessage, report *bouncereport.Report, recipients []store.EmailRecipient) map[int]bool {
 	paths := m.Recipients
 	if m.EmailID == nil {
 		paths = nil
@@ -414,7 +415,7 @@ func (a *Inbound) reportable(emailID string, m *store.InboundMessage, report *bo
 	reportable := map[int]bool{}
 	for _, path := range paths {
 		rp, ok := a.Tags.Parse(path)
-		if !ok || !strings.EqualFold(rp.EmailID, emailID) {
+		if !ok || !strings.EqualFold(rp.EmailID, e.ID) || e.EnvelopeSender == nil || !a.Tags.HandedOut(*e.EnvelopeSender, path, rp) {
 			continue
 		}
 		if rp.Recipient == bouncetag.WholeEmail {

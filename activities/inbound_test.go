@@ -275,6 +275,8 @@ func TestHandleReportsBoundToTheRecipientsReturnPath(t *testing.T) {
 	step("a DSN naming nobody@, to reader@'s return path", f.receiveAt(t, hard, readers, true, ""), 0)
 	step("a complaint naming reader@, to fbl@ with nobody@'s return path", f.receiveAt(t, arf, nobodys, false, "fbl@isp.example"), 0)
 	step("a complaint to fbl@ without a return path", f.receiveAt(t, arf, "bounces@mail.shop.example", false, "fbl@isp.example"), 0)
+	step("a complaint naming reader@, to fbl@ with a made-up untagged return path",
+		f.receiveAt(t, arf, bouncetag.Untagged(reportedEmailID, "mail.shop.example"), false, "fbl@isp.example"), 0)
 	step("a qmail bounce naming gone.user@, to reader@'s return path", f.receiveAt(t, legacy, readers, true, ""), 0)
 	if got := f.events(t); len(got) != 0 {
 		t.Fatalf("events after forged reports: %v", got)

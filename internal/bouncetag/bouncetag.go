@@ -117,6 +117,23 @@ func (t *Tagger) RecipientSender(emailSender string, position int) (sender strin
 	return localPrefix + rp.EmailID + "." + strconv.Itoa(position) + "." + t.recipientTag(rp.EmailID, position) + "@" + domain, true
 }
 
+// HandedOut reports whether address, which Parse read as rp, is a return
+// path the email was sent with, given the envelope sender it stores
+// (emailSender): that sender itself, or a recipient's path made from it.
+// That it parses is not enough: an untagged path, or the email-wide one of an
+// email whose recipients each got their own, was never handed out, and the
+// untagged form can be made up by anyone.
+func (t *Tagger) HandedOut(emailSender, address string, rp ReturnPath) bool {
+	want := emailSender
+	if rp.Recipient != WholeEmail {
+		var ok bool
+		if want, ok = t.RecipientSender(emailSender, rp.Recipient); !ok {
+			return false
+		}
+	}
+	return strings.EqualFold(strings.TrimSpace(want), strings.TrimSpace(address))
+}
+
 // Untagged is the envelope sender emails had before tags; those emails keep
 // it.
 func Untagged(emailID, mailFromSubdomain string) string {

@@ -197,14 +197,7 @@ func (s *session) rcpt(to string) error {
 	// An untagged address is accepted only for an email that was sent with
 	// it (before tags); a tagged one only as stored, or as a recipient's
 	// return path made from what is stored.
-	if e.EnvelopeSender == nil {
-		return ErrNoSuchRecipient
-	}
-	want := *e.EnvelopeSender
-	if rp.Recipient != bouncetag.WholeEmail {
-		want, _ = s.b.Tags.RecipientSender(want, rp.Recipient)
-	}
-	if !store.SameAddress(want, to) {
+	if e.EnvelopeSender == nil || !s.b.Tags.HandedOut(*e.EnvelopeSender, to, rp) {
 		return ErrNoSuchRecipient
 	}
 	if s.email == nil {
