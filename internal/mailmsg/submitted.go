@@ -42,10 +42,26 @@ var (
 	ErrControl = errors.New("the Subject or the From display name has a control character")
 )
 
+// RepeatedFieldError is a header field that may appear once (RFC 5322
+// §3.6), given twice.
+type RepeatedFieldError struct{ Field string }
+
+func (e *RepeatedFieldError) Error() string {
+	return "the message has more than one " + e.Field + " field"
+}
+
+// onceFields may appear at most once in a message (RFC 5322 §3.6), in
+// net/textproto's spelling. A second From matters most: the From check
+// reads the first, the DKIM signature covers both, and a receiver or a mail
+// reader that shows the second shows a sender the check never saw. The
+// others would do the same to the Subject, the date or the replies.
+var onceFields = []string{"From", "Sender", "Reply-To", "To", "Cc", "Subject", "Date", "Message-Id", "In-Reply-To", "References"}
+
 // PrepareSubmitted takes a message as its sender wrote it and returns the
 // bytes Mailyard signs and sends: the same header fields and body bytes,
 // with any Bcc field removed and Date and Message-ID (<emailID@domain>)
-// added at the top when missing. The From address must be at domain or a
+// added at the top when missing. The fields of onceFields must appear at
+// most once (a RepeatedFieldError). The From address must be at domain or a
 // subdomain of it, and its display name and the Subject must not decode to
 // a control character (ErrControl). utf8 says whether the client declared
 // SMTPUTF8; without it, header fields must be ASCII.
@@ -65,6 +81,11 @@ func PrepareSubmitted(raw []byte, emailID, domain string, now time.Time, utf8 bo
 	h, err := textproto.NewReader(bufio.NewReader(bytes.NewReader(append(head[:len(head):len(head)], '\r', '\n')))).ReadMIMEHeader()
 	if err != nil {
 		return nil, info, fmt.Errorf("%w: %v", ErrBadHeader, err)
+	}
+	for _, name := range onceFields {
+		if len(h[name]) > 1 {
+			return nil, info, &RepeatedFieldError{Field: name}
+		}
 	}
 	mh := mail.Header(h)
 	froms, err := mh.AddressList("From")

@@ -28,6 +28,9 @@ func TestPrepareSubmittedControlCharacters(t *testing.T) {
 		{header: "From: =?utf-8?b?QmlsG2w=?= <billing@example.com>\r\nSubject: s\r\n", err: ErrControl},
 		// Written out, a control character makes the header unreadable.
 		{header: "From: a@example.com\r\nSubject: a\x00b\r\n", err: errAny},
+		// A second From (another domain's) is refused whatever the first.
+		{header: "From: a@example.com\r\nFrom: ceo@bank.example\r\n", err: errRepeated},
+		{header: "From: a@example.com\r\nMessage-ID: <1@x>\r\nMessage-Id: <2@x>\r\n", err: errRepeated},
 		// The From domain is checked first: its reply says more.
 		{header: "From: =?utf-8?q?Bil=00l?= <billing@other.example>\r\n", err: ErrFromDomain},
 
@@ -39,6 +42,7 @@ func TestPrepareSubmittedControlCharacters(t *testing.T) {
 		_, info, err := PrepareSubmitted([]byte(tc.header+"\r\nHi.\r\n"), "em_1", testDomain, testDate, false)
 		switch {
 		case tc.err == errAny && err != nil:
+		case tc.err == errRepeated && errors.As(err, new(*RepeatedFieldError)):
 		case tc.err != nil && !errors.Is(err, tc.err):
 			t.Errorf("%q: error %v, want %v", tc.header, err, tc.err)
 		case tc.err == nil && (err != nil || info.Subject != tc.subject || info.From.Name != tc.displayName):
@@ -47,8 +51,12 @@ func TestPrepareSubmittedControlCharacters(t *testing.T) {
 	}
 }
 
-// errAny stands for any error in a test table.
-var errAny = errors.New("any error")
+// errAny stands for any error in a test table, errRepeated for a
+// RepeatedFieldError.
+var (
+	errAny      = errors.New("any error")
+	errRepeated = errors.New("a repeated field")
+)
 
 // The To and Cc lists the API shows (recipients in neither are Bcc) survive
 // a display name with invalid UTF-8, which made the whole list unreadable,

@@ -224,6 +224,7 @@ func (s *session) Data(r io.Reader) error {
 	}
 	id := uuid.Must(uuid.NewV7()).String()
 	prepared, info, err := mailmsg.PrepareSubmitted(raw, id, s.domain.Domain, time.Now(), s.utf8)
+	var repeated *mailmsg.RepeatedFieldError
 	switch {
 	case errors.Is(err, mailmsg.ErrFromDomain):
 		return errNotYourFrom
@@ -233,6 +234,9 @@ func (s *session) Data(r io.Reader) error {
 		return errControl
 	case errors.Is(err, mailmsg.ErrBadHeader):
 		return errUnreadable
+	case errors.As(err, &repeated):
+		return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 6, 0},
+			Message: "The message header has more than one " + repeated.Field + " field (RFC 5322 allows one)"}
 	case err != nil:
 		return errBadHeader
 	}

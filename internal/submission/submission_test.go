@@ -143,6 +143,48 @@ func TestRateLimitPerMessage(t *testing.T) {
 	}
 }
 
+// sendWithHeader sends a message with header, from billing@shop.example to
+// ada@rcpt.example.
+func sendWithHeader(c *gosmtp.Client, header string) error {
+	if err := c.Mail("billing@shop.example", nil); err != nil {
+		return err
+	}
+	if err := c.Rcpt("ada@rcpt.example", nil); err != nil {
+		return err
+	}
+	w, err := c.Data()
+	if err != nil {
+		return err
+	}
+	_, _ = w.Write([]byte(header + "\r\nHi.\r\n"))
+	return w.Close()
+}
+
+// A second From field is refused, with the other fields RFC 5322 allows
+// once: the From check reads the first, and the signature would cover a
+// second one at any domain that a receiver might show instead.
+func TestRepeatedHeaderFieldsRefused(t *testing.T) {
+	f := newFixture(t, config.RateLimit{})
+	c := f.login(t, sasl.NewPlainClient("", f.user, f.secret))
+	for field, header := range map[string]string{
+		"From":    "From: billing@shop.example\r\nFrom: ceo@bank.example\r\nTo: ada@rcpt.example\r\n",
+		"Subject": "From: billing@shop.example\r\nSubject: a\r\nsubject: b\r\nTo: ada@rcpt.example\r\n",
+	} {
+		err := sendWithHeader(c, header)
+		var reply *gosmtp.SMTPError
+		if !errors.As(err, &reply) || reply.Code != 550 || reply.EnhancedCode != (gosmtp.EnhancedCode{5, 6, 0}) ||
+			!strings.Contains(reply.Message, "more than one "+field+" field") {
+			t.Errorf("two %s fields: %v, want 550 5.6.0 naming the field", field, err)
+		}
+	}
+	if n, err := f.st.DB.NewSelect().Model((*store.Email)(nil)).Count(context.Background()); err != nil || n != 0 {
+		t.Fatalf("%d emails stored (%v), want none", n, err)
+	}
+	if err := sendWithHeader(c, "From: billing@shop.example\r\nTo: ada@rcpt.example\r\nBcc: a@x.example\r\nBcc: b@x.example\r\n"); err != nil {
+		t.Fatalf("two Bcc fields, which are removed: %v", err)
+	}
+}
+
 // A Subject or From display name that decodes (RFC 2047) to a control
 // character is refused for good with 550 5.6.0, as the API refuses it with a
 // 422: a NUL could never be stored, and the 451 it got before was retried
@@ -151,20 +193,7 @@ func TestRateLimitPerMessage(t *testing.T) {
 func TestControlCharactersRefused(t *testing.T) {
 	f := newFixture(t, config.RateLimit{})
 	c := f.login(t, sasl.NewPlainClient("", f.user, f.secret))
-	sendHeader := func(header string) error {
-		if err := c.Mail("billing@shop.example", nil); err != nil {
-			return err
-		}
-		if err := c.Rcpt("ada@rcpt.example", nil); err != nil {
-			return err
-		}
-		w, err := c.Data()
-		if err != nil {
-			return err
-		}
-		_, _ = w.Write([]byte(header + "To: ada@rcpt.example\r\n\r\nHi.\r\n"))
-		return w.Close()
-	}
+	sendHeader := func(header string) error { return sendWithHeader(c, header+"To: ada@rcpt.example\r\n") }
 	for _, header := range []string{
 		"From: billing@shop.example\r\nSubject: =?utf-8?q?a=00b?=\r\n",
 		"From: =?utf-8?q?Bil=00l?= <billing@shop.example>\r\nSubject: s\r\n",
