@@ -64,7 +64,7 @@ type EmailAttachment struct {
 // emails in a batch.
 type EmailBody struct {
 	From        string            `json:"from" maxLength:"998" doc:"addr or Name <addr>; the domain is the key's domain or a subdomain of it." example:"Acme <billing@example.com>"`
-	To          Addresses         `json:"to"`
+	To          Addresses         `json:"to,omitempty"`
 	Cc          Addresses         `json:"cc,omitempty"`
 	Bcc         Addresses         `json:"bcc,omitempty"`
 	ReplyTo     Addresses         `json:"reply_to,omitempty"`
