@@ -16,6 +16,7 @@ import (
 	"github.com/mailyard/mailyard/api/docsui"
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
+	"github.com/mailyard/mailyard/internal/keyusage"
 	"github.com/mailyard/mailyard/internal/periodic"
 	"github.com/mailyard/mailyard/internal/platformevents"
 	"github.com/mailyard/mailyard/internal/ratelimit"
@@ -56,7 +57,7 @@ type Server struct {
 	store    *store.Store
 	temporal client.Client
 	logger   *slog.Logger
-	usage    *usageRecorder
+	usage    *keyusage.Recorder
 	// limits is the per-key rate limiter; nil when MAILYARD_RATE_LIMIT is off.
 	limits *ratelimit.Limiter
 
@@ -89,7 +90,7 @@ type Server struct {
 // New builds the API and registers every operation.
 func New(d Deps) *Server {
 	installErrorModel(d.Logger)
-	s := &Server{cfg: d.Config, store: d.Store, temporal: d.Temporal, logger: d.Logger, usage: newUsageRecorder(d.Store, d.Logger), limits: ratelimit.New(d.Config.RateLimit)}
+	s := &Server{cfg: d.Config, store: d.Store, temporal: d.Temporal, logger: d.Logger, usage: keyusage.New(d.Store, d.Logger), limits: ratelimit.New(d.Config.RateLimit)}
 	if len(d.Config.EncryptionKey) > 0 {
 		// The configuration checked the key's length, the only way New fails.
 		s.box, _ = secrets.New(d.Config.EncryptionKey)

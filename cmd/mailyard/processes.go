@@ -20,6 +20,7 @@ import (
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/dnsserver"
 	"github.com/mailyard/mailyard/internal/inbound"
+	"github.com/mailyard/mailyard/internal/keyusage"
 	"github.com/mailyard/mailyard/internal/metrics"
 	"github.com/mailyard/mailyard/internal/ratelimit"
 	"github.com/mailyard/mailyard/internal/secrets"
@@ -321,9 +322,12 @@ func cmdSubmission(ctx context.Context, logger *slog.Logger) error {
 // serveSubmission runs SMTP submission until ctx ends; eager as for
 // serveAPIWith.
 func serveSubmission(ctx context.Context, cfg *config.Config, st *store.Store, tc client.Client, logger *slog.Logger, eager bool) error {
+	logger = logger.With("component", "submission")
+	usage := keyusage.New(st, logger)
+	go usage.Run(ctx)
 	b := &submission.Backend{
-		Store: st, Temporal: tc, Limits: ratelimit.New(cfg.RateLimit), AllowInsecureAuth: cfg.Submission.AllowInsecureAuth,
-		Retention: cfg.EmailRetention, EagerStart: eager, Logger: logger.With("component", "submission"),
+		Store: st, Temporal: tc, Limits: ratelimit.New(cfg.RateLimit), Usage: usage, AllowInsecureAuth: cfg.Submission.AllowInsecureAuth,
+		Retention: cfg.EmailRetention, EagerStart: eager, Logger: logger,
 	}
 	return b.Serve(ctx, submission.Listener{
 		Addr: cfg.Submission.Addr, TLSAddr: cfg.Submission.TLSAddr,

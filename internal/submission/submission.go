@@ -23,6 +23,7 @@ import (
 
 	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/keyusage"
 	"github.com/mailyard/mailyard/internal/mailmsg"
 	"github.com/mailyard/mailyard/internal/ratelimit"
 	"github.com/mailyard/mailyard/internal/searchattr"
@@ -69,6 +70,9 @@ type Backend struct {
 	Temporal client.Client
 	// Limits is the per-key rate limit the API charges too; nil is off.
 	Limits *ratelimit.Limiter
+	// Usage records each key's last use (nil: not recorded); its Run is
+	// the caller's to start.
+	Usage *keyusage.Recorder
 	// AllowInsecureAuth offers AUTH without TLS (tests, dev on loopback).
 	AllowInsecureAuth bool
 	// Schedule and Retention are the email workflow's, as the API passes
@@ -197,6 +201,7 @@ func (s *session) Mail(from string, opts *smtp.MailOptions) error {
 				Message: "The credential is over its rate limit; try again in " + strconv.Itoa(int(v.RetryAfter/time.Second)) + " s"}
 		}
 	}
+	s.b.Usage.Seen(key.ID, key.LastUsedAt)
 	s.key, s.domain, s.utf8 = key, d, opts != nil && opts.UTF8
 	return nil
 }

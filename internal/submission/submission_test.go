@@ -15,6 +15,7 @@ import (
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
+	"github.com/mailyard/mailyard/internal/keyusage"
 	"github.com/mailyard/mailyard/internal/ratelimit"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/submission"
@@ -56,8 +57,10 @@ func newFixture(t *testing.T, limit config.RateLimit) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(dead.Close)
-	b := &submission.Backend{Store: st, Temporal: dead, Limits: ratelimit.New(limit), AllowInsecureAuth: true, Logger: slog.New(slog.DiscardHandler)}
 	srvCtx, cancel := context.WithCancel(ctx)
+	usage := keyusage.New(st, slog.New(slog.DiscardHandler))
+	go usage.Run(srvCtx)
+	b := &submission.Backend{Store: st, Temporal: dead, Limits: ratelimit.New(limit), Usage: usage, AllowInsecureAuth: true, Logger: slog.New(slog.DiscardHandler)}
 	ready, done := make(chan string, 1), make(chan error, 1)
 	go func() {
 		done <- b.Serve(srvCtx, submission.Listener{Addr: "127.0.0.1:0"}, func(a, _ string) { ready <- a })
@@ -68,6 +71,12 @@ func newFixture(t *testing.T, limit config.RateLimit) *fixture {
 
 // send sends one message on c and returns the reply text or the error.
 func send(c *gosmtp.Client, subject string) (string, error) {
+	return sendWithHeader(c, "From: billing@shop.example\r\nTo: ada@rcpt.example\r\nSubject: "+subject+"\r\n")
+}
+
+// sendWithHeader sends a message with header, from billing@shop.example to
+// ada@rcpt.example, and returns the reply text or the error.
+func sendWithHeader(c *gosmtp.Client, header string) (string, error) {
 	if err := c.Mail("billing@shop.example", nil); err != nil {
 		return "", err
 	}
@@ -78,7 +87,7 @@ func send(c *gosmtp.Client, subject string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	_, _ = w.Write([]byte("From: billing@shop.example\r\nTo: ada@rcpt.example\r\nSubject: " + subject + "\r\n\r\nHi.\r\n"))
+	_, _ = w.Write([]byte(header + "\r\nHi.\r\n"))
 	res, err := w.CloseWithResponse()
 	if err != nil {
 		return "", err
@@ -86,9 +95,6 @@ func send(c *gosmtp.Client, subject string) (string, error) {
 	return res.StatusText, nil
 }
 
-// AUTH LOGIN works (go-sasl's client against this server's LOGIN), and
-// with Temporal unreachable a message is still stored, answered, and
-// promised: the API's sweep starts its workflow.
 // login connects to the fixture's server and authenticates with auth; the
 // connection closes when the test ends.
 func (f *fixture) login(t *testing.T, auth sasl.Client) *gosmtp.Client {
@@ -104,6 +110,10 @@ func (f *fixture) login(t *testing.T, auth sasl.Client) *gosmtp.Client {
 	return c
 }
 
+// AUTH LOGIN works (go-sasl's client against this server's LOGIN), and
+// with Temporal unreachable a message is still stored, answered, and
+// promised: the API's sweep starts its workflow. The key's use is recorded
+// as the API records it.
 func TestLoginAndTemporalDown(t *testing.T) {
 	f := newFixture(t, config.RateLimit{})
 	c := f.login(t, sasl.NewLoginClient(f.user, f.secret))
@@ -120,6 +130,11 @@ func TestLoginAndTemporalDown(t *testing.T) {
 	if err != nil || len(unstarted) != 1 || unstarted[0].ID != id {
 		t.Fatalf("the sweep does not see the email: %v %v", unstarted, err)
 	}
+	testenv.Eventually(t, 5*time.Second, "the key's last_used_at", func() bool {
+		key := new(store.APIKey)
+		err := f.st.DB.NewSelect().Model(key).Where("username = ?", f.user).Scan(context.Background())
+		return err == nil && key.LastUsedAt != nil
+	})
 }
 
 // Each message spends one request of the key's rate limit, at MAIL FROM.
@@ -143,23 +158,6 @@ func TestRateLimitPerMessage(t *testing.T) {
 	}
 }
 
-// sendWithHeader sends a message with header, from billing@shop.example to
-// ada@rcpt.example.
-func sendWithHeader(c *gosmtp.Client, header string) error {
-	if err := c.Mail("billing@shop.example", nil); err != nil {
-		return err
-	}
-	if err := c.Rcpt("ada@rcpt.example", nil); err != nil {
-		return err
-	}
-	w, err := c.Data()
-	if err != nil {
-		return err
-	}
-	_, _ = w.Write([]byte(header + "\r\nHi.\r\n"))
-	return w.Close()
-}
-
 // A second From field is refused, with the other fields RFC 5322 allows
 // once: the From check reads the first, and the signature would cover a
 // second one at any domain that a receiver might show instead.
@@ -170,7 +168,7 @@ func TestRepeatedHeaderFieldsRefused(t *testing.T) {
 		"From":    "From: billing@shop.example\r\nFrom: ceo@bank.example\r\nTo: ada@rcpt.example\r\n",
 		"Subject": "From: billing@shop.example\r\nSubject: a\r\nsubject: b\r\nTo: ada@rcpt.example\r\n",
 	} {
-		err := sendWithHeader(c, header)
+		_, err := sendWithHeader(c, header)
 		var reply *gosmtp.SMTPError
 		if !errors.As(err, &reply) || reply.Code != 550 || reply.EnhancedCode != (gosmtp.EnhancedCode{5, 6, 0}) ||
 			!strings.Contains(reply.Message, "more than one "+field+" field") {
@@ -180,7 +178,7 @@ func TestRepeatedHeaderFieldsRefused(t *testing.T) {
 	if n, err := f.st.DB.NewSelect().Model((*store.Email)(nil)).Count(context.Background()); err != nil || n != 0 {
 		t.Fatalf("%d emails stored (%v), want none", n, err)
 	}
-	if err := sendWithHeader(c, "From: billing@shop.example\r\nTo: ada@rcpt.example\r\nBcc: a@x.example\r\nBcc: b@x.example\r\n"); err != nil {
+	if _, err := sendWithHeader(c, "From: billing@shop.example\r\nTo: ada@rcpt.example\r\nBcc: a@x.example\r\nBcc: b@x.example\r\n"); err != nil {
 		t.Fatalf("two Bcc fields, which are removed: %v", err)
 	}
 }
@@ -193,7 +191,10 @@ func TestRepeatedHeaderFieldsRefused(t *testing.T) {
 func TestControlCharactersRefused(t *testing.T) {
 	f := newFixture(t, config.RateLimit{})
 	c := f.login(t, sasl.NewPlainClient("", f.user, f.secret))
-	sendHeader := func(header string) error { return sendWithHeader(c, header+"To: ada@rcpt.example\r\n") }
+	sendHeader := func(header string) error {
+		_, err := sendWithHeader(c, header+"To: ada@rcpt.example\r\n")
+		return err
+	}
 	for _, header := range []string{
 		"From: billing@shop.example\r\nSubject: =?utf-8?q?a=00b?=\r\n",
 		"From: =?utf-8?q?Bil=00l?= <billing@shop.example>\r\nSubject: s\r\n",
