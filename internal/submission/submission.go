@@ -12,6 +12,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -207,7 +208,7 @@ func (s *session) Mail(from string, opts *smtp.MailOptions) error {
 }
 
 // Rcpt takes up to MaxRecipients addresses (go-smtp answers 452 4.5.3
-// beyond); recipients not in To or Cc are Bcc.
+// beyond, counting repeats); recipients not in To or Cc are Bcc.
 func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 	if s.domain == nil {
 		return errAuthRequired
@@ -215,6 +216,11 @@ func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
 	a, err := mailmsg.ParseAddress(to)
 	if err != nil {
 		return errBadRecipient
+	}
+	// An address given twice (in any case) is sent to once, as the API
+	// sends it: two recipients would mean two deliveries and two events.
+	if slices.ContainsFunc(s.rcpts, func(r string) bool { return strings.EqualFold(r, a.Address) }) {
+		return nil
 	}
 	s.rcpts = append(s.rcpts, a.Address)
 	return nil

@@ -158,6 +158,35 @@ func TestRateLimitPerMessage(t *testing.T) {
 	}
 }
 
+// An address given twice in RCPT TO, in any case, is one recipient, as the
+// API counts it: not two deliveries and two events.
+func TestRepeatedRecipientSentOnce(t *testing.T) {
+	f := newFixture(t, config.RateLimit{})
+	c := f.login(t, sasl.NewPlainClient("", f.user, f.secret))
+	if err := c.Mail("billing@shop.example", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, to := range []string{"ada@rcpt.example", "bob@rcpt.example", "Ada@RCPT.example"} {
+		if err := c.Rcpt(to, nil); err != nil {
+			t.Fatalf("RCPT TO %s: %v", to, err)
+		}
+	}
+	w, err := c.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = w.Write([]byte("From: billing@shop.example\r\nTo: ada@rcpt.example, bob@rcpt.example\r\n\r\nHi.\r\n"))
+	res, err := w.CloseWithResponse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimPrefix(res.StatusText, "2.0.0 queued as ")
+	_, recipients, err := f.st.EmailInScope(context.Background(), store.EmailScope{OrganizationID: f.organizationID}, id)
+	if err != nil || len(recipients) != 2 || recipients[0].Address != "ada@rcpt.example" || recipients[1].Address != "bob@rcpt.example" {
+		t.Fatalf("recipients %+v, %v", recipients, err)
+	}
+}
+
 // A second From field is refused, with the other fields RFC 5322 allows
 // once: the From check reads the first, and the signature would cover a
 // second one at any domain that a receiver might show instead.
