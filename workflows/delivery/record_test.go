@@ -3,6 +3,7 @@ package delivery_test
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
@@ -83,8 +85,19 @@ func TestRecordHistories(t *testing.T) {
 	}
 	defer tc.Close()
 	w := sdkworker.New(tc, delivery.TaskQueue, sdkworker.Options{})
-	worker.RegisterWebhooks(w, &activities.Webhooks{Store: st, Box: box,
-		Client: webhook.NewClient(webhook.Policy{AllowPrivateNetworks: true}, webhook.WithRootCAs(pool))})
+	acts := &activities.Webhooks{Store: st, Box: box,
+		Client: webhook.NewClient(webhook.Policy{AllowPrivateNetworks: true}, webhook.WithRootCAs(pool))}
+	worker.RegisterWebhooks(w, acts)
+	// The attempts of the deliveries in failLocal fail their local tries,
+	// as they would with the database down, and work as the regular
+	// activity they go on as.
+	var failLocal sync.Map
+	w.RegisterActivityWithOptions(func(ctx context.Context, in delivery.AttemptInput) (delivery.AttemptResult, error) {
+		if _, fail := failLocal.Load(in.DeliveryID); fail && activity.GetInfo(ctx).IsLocalActivity {
+			return delivery.AttemptResult{}, errors.New("the database is down")
+		}
+		return acts.Attempt(ctx, in)
+	}, activity.RegisterOptions{Name: delivery.AttemptActivity, DisableAlreadyRegisteredCheck: true})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -101,10 +114,15 @@ func TestRecordHistories(t *testing.T) {
 		script   []int
 		schedule []time.Duration
 		during   func(webhookID int64)
+		// failLocal fails the local tries of every attempt.
+		failLocal bool
 	}{
 		{name: "delivered", script: []int{204}},
 		{name: "retried-then-delivered", script: []int{500, 429, 302, 200}, schedule: short},
 		{name: "receiver-gone", script: []int{503, 410}, schedule: short},
+		// Each attempt fails its local tries and goes on as a regular
+		// activity (local-step-fallback).
+		{name: "local-attempt-failed", script: []int{500, 200}, schedule: short, failLocal: true},
 		{name: "exhausted", script: []int{500, 500, 500, 500}, schedule: short},
 		{name: "webhook-deleted", script: []int{500}, schedule: []time.Duration{0, 3 * time.Second},
 			during: func(id int64) {
@@ -126,6 +144,9 @@ func TestRecordHistories(t *testing.T) {
 		body, _ := webhook.BuildBody("delivered", time.Now(), uuid.NewString(), "ada@customer.example", "Receipt")
 		if err := st.CreateDelivery(ctx, &store.Delivery{ID: id.String(), OrganizationID: org.ID, WebhookID: wh.ID, EventType: "delivered", Body: body}); err != nil {
 			t.Fatal(err)
+		}
+		if sc.failLocal {
+			failLocal.Store(id.String(), true)
 		}
 		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: delivery.WorkflowID(id.String()), TaskQueue: delivery.TaskQueue},
 			delivery.WorkflowName, delivery.Input{DeliveryID: id.String(), Schedule: sc.schedule})

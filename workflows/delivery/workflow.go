@@ -7,17 +7,12 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/mailyard/mailyard/workflows/internal/jitter"
+	"github.com/mailyard/mailyard/workflows/internal/localfirst"
 )
 
 // AttemptTimeout is the longest one attempt may run (StartToClose); the
 // worker's stop timeout waits for it (worker/webhooks.go).
 const AttemptTimeout = 30 * time.Second
-
-// attemptRetryFor bounds how long an attempt whose activity keeps failing
-// (the database down, the worker lost) is retried. A regular activity has no
-// such bound; a local activity needs one (ScheduleToClose), so it is longer
-// than any outage the platform rides out.
-const attemptRetryFor = 7 * 24 * time.Hour
 
 // localAttemptChange versions the switch from a regular activity per attempt
 // to a local activity (README, "Delivery attempts"). Runs started
@@ -45,17 +40,19 @@ var attemptRetry = &temporal.RetryPolicy{
 // the workflow task's completion instead of three activity events and a
 // second workflow task. Each try has the same 30 s as a regular attempt
 // (StartToClose); the SDK keeps the workflow task alive (it heartbeats it
-// before the 10 s workflow task timeout) while a try runs. Retries of
-// infrastructure errors follow the same policy: a backoff under the workflow
-// task timeout waits in the worker, a longer one on a workflow timer. A
-// worker lost mid-attempt is noticed when its workflow task times out, and
-// the attempt is made again by another worker, as a regular activity's
-// would be after its StartToClose.
-var localAttemptOptions = workflow.LocalActivityOptions{
-	ScheduleToCloseTimeout: attemptRetryFor,
-	StartToCloseTimeout:    AttemptTimeout,
-	RetryPolicy:            attemptRetry,
-}
+// before the 10 s workflow task timeout) while a try runs. An attempt whose
+// quick tries all fail (the database down) goes on as a regular activity
+// (localfirst), retried with attemptRetry. A worker lost mid-attempt is
+// noticed when its workflow task times out, and the attempt is made again
+// by another worker, as a regular activity's would be after its
+// StartToClose.
+var localAttemptOptions = localfirst.Options(AttemptTimeout)
+
+// localStepFallbackChange is the workflow.GetVersion change id of runs
+// whose local attempt, when its tries fail, goes on as a regular activity
+// (recorded only in the runs where it happens); before it, the run retried
+// the attempt locally for a week, then failed.
+const localStepFallbackChange = "local-step-fallback"
 
 // Workflow delivers one event to one webhook: an attempt after each wait of
 // the schedule until one succeeds, the receiver answers 410, the webhook is
@@ -69,15 +66,16 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 		schedule = DefaultSchedule
 	}
 	ctx = workflow.WithActivityOptions(ctx, attemptOptions)
-	ctx = workflow.WithLocalActivityOptions(ctx, localAttemptOptions)
 	logger := workflow.GetLogger(ctx)
 	// One decision for the whole series: a run that began with regular
 	// activities keeps them (its history has no marker here), a new run
 	// records version 1 and makes every attempt a local activity.
 	local := workflow.GetVersion(ctx, localAttemptChange, workflow.DefaultVersion, 1) == 1
-	execute := workflow.ExecuteActivity
-	if local {
-		execute = workflow.ExecuteLocalActivity
+	execute := func(ctx workflow.Context, input AttemptInput, result *AttemptResult) error {
+		if local {
+			return localfirst.Execute(ctx, localAttemptOptions, localStepFallbackChange, AttemptActivity, input, result)
+		}
+		return workflow.ExecuteActivity(ctx, AttemptActivity, input).Get(ctx, result)
 	}
 
 	var retryAfter time.Duration
@@ -94,7 +92,7 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 
 		var r AttemptResult
 		attempt := AttemptInput{DeliveryID: in.DeliveryID, Attempt: i + 1, Final: i == len(schedule)-1}
-		if err := execute(ctx, AttemptActivity, attempt).Get(ctx, &r); err != nil {
+		if err := execute(ctx, attempt, &r); err != nil {
 			return Result{}, err
 		}
 		logger.Info("delivery attempt", "delivery_id", in.DeliveryID, "attempt", i+1, "verdict", r.Verdict, "status_code", r.StatusCode)

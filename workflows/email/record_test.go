@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/emersion/go-smtp"
 	"github.com/google/uuid"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
@@ -107,7 +109,18 @@ func TestRecordHistories(t *testing.T) {
 	}
 	defer tc.Close()
 	w := sdkworker.New(tc, email.TaskQueue, sdkworker.Options{})
-	worker.RegisterEmails(w, &activities.Emails{Store: st, Box: box, Tags: tags, Sender: sender, Runs: &deliveryruns.Runs{Temporal: tc, Store: st}})
+	acts := &activities.Emails{Store: st, Box: box, Tags: tags, Sender: sender, Runs: &deliveryruns.Runs{Temporal: tc, Store: st}}
+	worker.RegisterEmails(w, acts)
+	// The prepare-and-attempt step fails its local tries for the emails
+	// in failLocal, as it would with the database down, and works as the
+	// regular activity it goes on as.
+	var failLocal sync.Map
+	w.RegisterActivityWithOptions(func(ctx context.Context, in email.FirstAttemptInput) (email.FirstAttemptResult, error) {
+		if _, fail := failLocal.Load(in.EmailID); fail && activity.GetInfo(ctx).IsLocalActivity {
+			return email.FirstAttemptResult{}, errors.New("the database is down")
+		}
+		return acts.FirstAttempt(ctx, in)
+	}, activity.RegisterOptions{Name: email.FirstAttemptActivity, DisableAlreadyRegisteredCheck: true})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +144,9 @@ func TestRecordHistories(t *testing.T) {
 		// at, when set, schedules the email this long after its start.
 		at     time.Duration
 		during func(id string)
-		want   email.Result
+		// failLocal fails the local tries of the first step.
+		failLocal bool
+		want      email.Result
 	}
 	scenarios := []scenario{
 		{name: "delivered", to: []string{"ada@rcpt.example", "bob@rcpt.example"}, schedule: short, want: email.Result{Status: email.StatusSent, Attempts: 1}},
@@ -142,6 +157,9 @@ func TestRecordHistories(t *testing.T) {
 		// The production schedule in the input; everything is delivered
 		// by the first attempt, so the run ends at once.
 		{name: "production-schedule", to: []string{"dee@rcpt.example"}, schedule: email.DefaultSchedule, want: email.Result{Status: email.StatusSent, Attempts: 1}},
+		// The local first step fails its tries and goes on as a regular
+		// activity (local-step-fallback).
+		{name: "local-step-failed", to: []string{"hal@rcpt.example"}, schedule: short, failLocal: true, want: email.Result{Status: email.StatusSent, Attempts: 1}},
 		// The API removed the email after it could not confirm the start.
 		{name: "gone", noEmail: true, schedule: short, want: email.Result{Status: email.StatusGone}},
 		// Last: the domain is deleted between the first attempt and the
@@ -182,6 +200,9 @@ func TestRecordHistories(t *testing.T) {
 		const subject = "Invoice 42 for you"
 		if !sc.noEmail {
 			newEmail(t, st, org.ID, domain, id, subject, sc.to)
+		}
+		if sc.failLocal {
+			failLocal.Store(id, true)
 		}
 		// Started as the API starts it (api/emails.go).
 		owner := searchattr.Owner{OrganizationID: org.ID, DomainID: domain}

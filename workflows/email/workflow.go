@@ -7,6 +7,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/mailyard/mailyard/workflows/internal/jitter"
+	"github.com/mailyard/mailyard/workflows/internal/localfirst"
 )
 
 // Activity errors are infrastructure trouble (database down, worker lost),
@@ -90,9 +91,12 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	if current || workflow.GetVersion(ctx, localFirstAttemptChange, workflow.DefaultVersion, 1) == 1 {
 		send := jitter.Spread(schedule[0], in.EmailID, 1) == 0
 		var first FirstAttemptResult
-		lctx := workflow.WithLocalActivityOptions(ctx, firstAttemptOptions)
-		err := workflow.ExecuteLocalActivity(lctx, FirstAttemptActivity,
-			FirstAttemptInput{EmailID: in.EmailID, Send: send, Final: len(schedule) == 1}).Get(ctx, &first)
+		// A step whose quick tries fail goes on as a regular activity,
+		// an attempt's (localfirst); before local-step-fallback the run
+		// retried it locally for a week, then failed.
+		actx := workflow.WithActivityOptions(ctx, attemptOptions)
+		err := localfirst.Execute(actx, firstAttemptOptions, localStepFallbackChange, FirstAttemptActivity,
+			FirstAttemptInput{EmailID: in.EmailID, Send: send, Final: len(schedule) == 1}, &first)
 		if err != nil {
 			return Result{}, err
 		}
@@ -161,21 +165,18 @@ const closeWhenSettledVersion = 2
 // first attempt made with the prepare step, as one local activity.
 const localFirstAttemptChange = "local-first-attempt"
 
-// firstAttemptOptions bound the local prepare-and-attempt step like an
-// attempt (attemptOptions); the SDK keeps the workflow task alive while it
-// runs. A worker lost mid-step is noticed when its workflow task times out,
-// and another worker runs the step again: the stored message and the
-// recipients already recorded make that safe (docs/sending.md).
-//
-// Its retries end at ScheduleToClose, which the SDK sets to the
-// StartToClose when none is given (15 minutes, after which the email would
-// stay queued for ever): a week outlasts any outage, as for the regular
-// activities, whose retries have no end.
-var firstAttemptOptions = workflow.LocalActivityOptions{
-	ScheduleToCloseTimeout: 7 * 24 * time.Hour,
-	StartToCloseTimeout:    AttemptTimeout,
-	RetryPolicy:            infrastructureRetry,
-}
+// firstAttemptOptions bound each try of the local prepare-and-attempt step
+// like an attempt (attemptOptions); the SDK keeps the workflow task alive
+// while it runs. A worker lost mid-step is noticed when its workflow task
+// times out, and another worker runs the step again: the stored message and
+// the recipients already recorded make that safe (docs/sending.md). When
+// every try fails, the step goes on as a regular activity (localfirst).
+var firstAttemptOptions = localfirst.Options(AttemptTimeout)
+
+// localStepFallbackChange is the workflow.GetVersion change id of runs
+// whose local prepare-and-attempt step, when its tries fail, goes on as a
+// regular activity (recorded only in the runs where it happens).
+const localStepFallbackChange = "local-step-fallback"
 
 // scheduledSendChange is the workflow.GetVersion change id of scheduled
 // sending (docs/sending.md).

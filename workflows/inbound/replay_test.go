@@ -16,7 +16,8 @@ import (
 // that would break messages on their way fails here and needs
 // workflow.GetVersion. v1: runs that waited out the retention time and
 // erased the message; v2: the current code, which ends once the message is
-// handled.
+// handled (v2-local-step-failed, from TestRecordLocalStepFailedHistory:
+// handling failed its local tries and went on as a regular activity).
 func TestReplayRecordedHistories(t *testing.T) {
 	for _, v := range []string{"v1", "v2"} {
 		testenv.ReplayHistories(t, "testdata/inbound-message-"+v+"-*.json", 3, inbound.Workflow, inbound.WorkflowName)

@@ -7,6 +7,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/mailyard/mailyard/internal/searchattr"
+	"github.com/mailyard/mailyard/workflows/internal/localfirst"
 )
 
 // infrastructureRetry retries a step until the database answers: a message
@@ -21,16 +22,21 @@ var infrastructureRetry = &temporal.RetryPolicy{
 // runs the workflow task and is recorded as one marker, so a report costs
 // two workflow tasks instead of four, and its effects reach webhooks without
 // a round trip through the task queue. Parsing is bounded (a 10 MiB message
-// at most), so a try ends well within the time-out.
-//
-// A local activity's retries end at its ScheduleToClose, which the SDK sets
-// to the StartToClose when none is given: a minute, after which a message
-// answered 250 would never be handled. A week outlasts any outage.
-var handleOptions = workflow.LocalActivityOptions{
-	ScheduleToCloseTimeout: 7 * 24 * time.Hour,
-	StartToCloseTimeout:    time.Minute,
-	RetryPolicy:            infrastructureRetry,
+// at most), so a try ends well within the time-out. When every try fails,
+// handling goes on as a regular activity (handleFallbackOptions) until the
+// database answers (localfirst).
+var handleOptions = localfirst.Options(time.Minute)
+
+var handleFallbackOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: time.Minute,
+	RetryPolicy:         infrastructureRetry,
 }
+
+// localStepFallbackChange is the workflow.GetVersion change id of runs
+// whose handling, when its local tries fail, goes on as a regular activity
+// (recorded only in the runs where it happens); before it, the run retried
+// locally for a week, then failed.
+const localStepFallbackChange = "local-step-fallback"
 
 var eraseOptions = workflow.ActivityOptions{
 	StartToCloseTimeout: time.Minute,
@@ -44,8 +50,8 @@ var eraseOptions = workflow.ActivityOptions{
 // tests hold histories of each version.
 func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	var handled HandleResult
-	lctx := workflow.WithLocalActivityOptions(ctx, handleOptions)
-	if err := workflow.ExecuteLocalActivity(lctx, HandleActivity, HandleInput{InboundID: in.InboundID}).Get(ctx, &handled); err != nil {
+	hctx := workflow.WithActivityOptions(ctx, handleFallbackOptions)
+	if err := localfirst.Execute(hctx, handleOptions, localStepFallbackChange, HandleActivity, HandleInput{InboundID: in.InboundID}, &handled); err != nil {
 		return Result{}, err
 	}
 	if handled.OrganizationID != 0 {
