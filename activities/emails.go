@@ -534,8 +534,10 @@ func keepAlive(ctx context.Context) (stop func()) {
 // FirstAttempt prepares the email and, when asked, makes its first
 // attempt: the two steps in one local activity (the email workflow's
 // local-first-attempt change). Each is idempotent, so a retried run
-// resumes where the last stopped.
+// resumes where the last stopped. When its local tries fail, the workflow
+// runs it as a regular activity, an attempt's, which heartbeats.
 func (a *Emails) FirstAttempt(ctx context.Context, in email.FirstAttemptInput) (email.FirstAttemptResult, error) {
+	defer keepAlive(ctx)()
 	prep, p, err := a.prepare(ctx, in.EmailID)
 	out := email.FirstAttemptResult{PrepareResult: prep}
 	if err != nil || p == nil {

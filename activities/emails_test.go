@@ -8,9 +8,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/emersion/go-smtp"
 	"github.com/google/uuid"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/mailyard/mailyard/activities"
 	"github.com/mailyard/mailyard/internal/bouncetag"
@@ -57,13 +63,19 @@ func (s *relaySession) Data(r io.Reader) error {
 func (s *relaySession) Reset()        {}
 func (s *relaySession) Logout() error { return nil }
 
-// A tracked email's recipients each get their own message, read as their
-// transaction begins, and their own return path. A message that cannot be
-// read then (here: erased under the step) is not sent, and nothing is
-// recorded for its recipient: the step fails, so Temporal runs it again,
-// after recording the recipient that was sent to.
-func TestFirstAttemptReadsEachTrackedMessageWhenSending(t *testing.T) {
-	ctx := context.Background()
+// sendingFixture is a sending domain with its DKIM key on PostgreSQL, and
+// the email activities sending through the relay.
+type sendingFixture struct {
+	st       *store.Store
+	a        *activities.Emails
+	relay    *relay
+	tags     *bouncetag.Tagger
+	org      int64
+	domainID int64
+}
+
+func newSendingFixture(t *testing.T) *sendingFixture {
+	t.Helper()
 	st := testenv.OpenStore(t, testenv.PostgresURL(t))
 	box, _ := secrets.New(make([]byte, 32))
 	tags, _ := bouncetag.New(make([]byte, 32))
@@ -84,24 +96,42 @@ func TestFirstAttemptReadsEachTrackedMessageWhenSending(t *testing.T) {
 	}
 	a := &activities.Emails{Store: st, Box: box, Tags: tags, Sender: sender,
 		Links: &tracking.Links{Keys: tokens, BounceHost: "bounces.example"}, TrackingURL: "https://t.example"}
-
-	org, err := st.CreateOrganizationWithKey(ctx, "acme", &store.APIKey{Label: "b", Username: "b", Prefix: "p", Digest: []byte("d"), Permissions: store.Permissions{"admin"}})
+	org, err := st.CreateOrganizationWithKey(context.Background(), "acme", &store.APIKey{Label: "b", Username: "b", Prefix: "p", Digest: []byte("d"), Permissions: store.Permissions{"admin"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	domainID := testenv.SigningDomain(t, st, box, org.ID, "shop.example")
-	msg, problems := mailmsg.Validate(mailmsg.Request{From: "news@shop.example", To: []string{"ada@rcpt.example", "bob@rcpt.example"},
-		Subject: "Sale", HTML: "<p>Our <a href=\"https://shop.example/sale\">sale</a></p>"}, "shop.example")
+	return &sendingFixture{st: st, a: a, relay: r, tags: tags, org: org.ID, domainID: testenv.SigningDomain(t, st, box, org.ID, "shop.example")}
+}
+
+// newEmail stores an email as the API does, opens and clicks tracked or
+// not, and returns its id.
+func (f *sendingFixture) newEmail(t *testing.T, req mailmsg.Request, tracked bool) string {
+	t.Helper()
+	msg, problems := mailmsg.Validate(req, "shop.example")
 	if len(problems) > 0 {
 		t.Fatal(problems)
 	}
 	content, _ := json.Marshal(msg)
 	id := uuid.Must(uuid.NewV7()).String()
-	e := &store.Email{ID: id, OrganizationID: org.ID, DomainID: domainID, FromAddress: "news@shop.example",
-		Subject: "Sale", Content: content, TrackOpens: true, TrackClicks: true}
-	if err := st.CreateEmail(ctx, e, msg.Recipients()); err != nil {
+	e := &store.Email{ID: id, OrganizationID: f.org, DomainID: f.domainID, FromAddress: msg.From.Address,
+		Subject: req.Subject, Content: content, TrackOpens: tracked, TrackClicks: tracked}
+	if err := f.st.CreateEmail(context.Background(), e, msg.Recipients()); err != nil {
 		t.Fatal(err)
 	}
+	return id
+}
+
+// A tracked email's recipients each get their own message, read as their
+// transaction begins, and their own return path. A message that cannot be
+// read then (here: erased under the step) is not sent, and nothing is
+// recorded for its recipient: the step fails, so Temporal runs it again,
+// after recording the recipient that was sent to.
+func TestFirstAttemptReadsEachTrackedMessageWhenSending(t *testing.T) {
+	ctx := context.Background()
+	f := newSendingFixture(t)
+	st, a, r, tags := f.st, f.a, f.relay, f.tags
+	id := f.newEmail(t, mailmsg.Request{From: "news@shop.example", To: []string{"ada@rcpt.example", "bob@rcpt.example"},
+		Subject: "Sale", HTML: "<p>Our <a href=\"https://shop.example/sale\">sale</a></p>"}, true)
 
 	// Once ada@'s message is taken, bob@'s is erased before its turn.
 	r.afterData = func(rcpt string) {
@@ -112,7 +142,7 @@ func TestFirstAttemptReadsEachTrackedMessageWhenSending(t *testing.T) {
 			}
 		}
 	}
-	_, err = a.FirstAttempt(ctx, email.FirstAttemptInput{EmailID: id, Send: true})
+	_, err := a.FirstAttempt(ctx, email.FirstAttemptInput{EmailID: id, Send: true})
 	if err == nil || !strings.Contains(err.Error(), "recipient 1's message was erased") {
 		t.Fatalf("FirstAttempt: %v, want the unread message's error", err)
 	}
@@ -128,5 +158,48 @@ func TestFirstAttemptReadsEachTrackedMessageWhenSending(t *testing.T) {
 	}
 	if rs[0].Status != store.RecipientDelivered || rs[1].Status != store.RecipientQueued || rs[1].Attempts != 0 {
 		t.Fatalf("recipients after the step: %+v", rs)
+	}
+}
+
+// The prepare-and-attempt step, run as the regular activity it goes on as
+// when its local tries fail, heartbeats like an attempt: an SMTP exchange
+// longer than the heartbeat timeout is not cut off and made again.
+func TestFirstAttemptHeartbeatsAsARegularActivity(t *testing.T) {
+	ctx := context.Background()
+	f := newSendingFixture(t)
+	id := f.newEmail(t, mailmsg.Request{From: "news@shop.example", To: []string{"ada@rcpt.example"}, Subject: "Slow", Text: "Hi."}, false)
+	f.relay.afterData = func(string) { time.Sleep(4 * time.Second) }
+
+	tc, err := client.Dial(client.Options{HostPort: testenv.OwnTemporal(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	const queue = "first-attempt-heartbeat"
+	w := sdkworker.New(tc, queue, sdkworker.Options{})
+	w.RegisterActivityWithOptions(f.a.FirstAttempt, activity.RegisterOptions{Name: email.FirstAttemptActivity})
+	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, in email.FirstAttemptInput) (email.FirstAttemptResult, error) {
+		ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute, HeartbeatTimeout: time.Second,
+			RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 1}})
+		var out email.FirstAttemptResult
+		err := workflow.ExecuteActivity(ctx, email.FirstAttemptActivity, in).Get(ctx, &out)
+		return out, err
+	}, workflow.RegisterOptions{Name: "RegularFirstAttempt"})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: queue}, "RegularFirstAttempt", email.FirstAttemptInput{EmailID: id, Send: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out email.FirstAttemptResult
+	if err := run.Get(ctx, &out); err != nil || !out.Attempted || out.Attempt.Delivered != 1 {
+		t.Fatalf("result %+v, %v", out, err)
+	}
+	f.relay.mu.Lock()
+	defer f.relay.mu.Unlock()
+	if len(f.relay.taken) != 1 {
+		t.Fatalf("the relay took %d messages, want 1", len(f.relay.taken))
 	}
 }
