@@ -368,13 +368,23 @@ func (a *Inbound) applyComplaint(ctx context.Context, fb *bouncereport.Feedback,
 
 // reportedEmail finds the email a message concerns: the one whose envelope
 // sender received it (the listener checked the tag), else, for a complaint
-// sent to the bounce host's fbl@ address, the one whose Message-ID the
-// attached original carries. Nothing else can name an email, so a report
-// never touches another organization's mail.
+// sent to the bounce host's fbl@ address, the one whose tagged return path
+// the report gives (reportedReturnPaths), else the one whose Message-ID the
+// attached original carries (as Mailyard writes it: an email submitted
+// over SMTP may carry its client's). Nothing else can name an email, so a
+// report never touches another organization's mail.
 func (a *Inbound) reportedEmail(ctx context.Context, m *store.InboundMessage, report *bouncereport.Report) (*reportedEmail, error) {
-	id := deref(m.EmailID)
+	id, byMessageID := deref(m.EmailID), false
 	if id == "" && report.Kind == bouncereport.KindARF {
-		id = emailIDFromMessageID(report.OriginalMessageID)
+		for _, path := range reportedReturnPaths(m, report) {
+			if rp, ok := a.Tags.Parse(path); ok && rp.Tagged {
+				id = rp.EmailID
+				break
+			}
+		}
+		if id == "" {
+			id, byMessageID = emailIDFromMessageID(report.OriginalMessageID), true
+		}
 	}
 	if id == "" {
 		return nil, nil
@@ -386,7 +396,7 @@ func (a *Inbound) reportedEmail(ctx context.Context, m *store.InboundMessage, re
 	if err != nil {
 		return nil, err
 	}
-	if m.EmailID == nil && !strings.EqualFold(messageIDDomain(report.OriginalMessageID), domain) {
+	if byMessageID && !strings.EqualFold(messageIDDomain(report.OriginalMessageID), domain) {
 		// The Message-ID's id is an email's, but not as Mailyard wrote it.
 		return nil, nil
 	}
@@ -405,15 +415,8 @@ func (a *Inbound) reportedEmail(ctx context.Context, m *store.InboundMessage, re
 // the report's text is the sender's to write. A complaint to fbl@ that gives
 // none may concern only an email's only recipient.
 func (a *Inbound) reportable(e *store.Email, m *store.InboundMessage, report *bouncereport.Report, recipients []store.EmailRecipient) map[int]bool {
-	paths := m.Recipients
-	if m.EmailID == nil {
-		paths = nil
-		if fb := report.Feedback; fb != nil {
-			paths = []string{fb.OriginalMailFrom, fb.OriginalReturnPath}
-		}
-	}
 	reportable := map[int]bool{}
-	for _, path := range paths {
+	for _, path := range reportedReturnPaths(m, report) {
 		rp, ok := a.Tags.Parse(path)
 		if !ok || !strings.EqualFold(rp.EmailID, e.ID) || e.EnvelopeSender == nil || !a.Tags.HandedOut(*e.EnvelopeSender, path, rp) {
 			continue
@@ -431,6 +434,21 @@ func (a *Inbound) reportable(e *store.Email, m *store.InboundMessage, report *bo
 		reportable[recipients[0].Position] = true
 	}
 	return reportable
+}
+
+// reportedReturnPaths are the return paths a message about an email came
+// with: those it was sent to or, for a complaint sent to fbl@, those the
+// report gives for the original (Original-Mail-From, then the original's
+// Return-Path), which only the email's own check (Tagger.HandedOut) makes
+// trustworthy.
+func reportedReturnPaths(m *store.InboundMessage, report *bouncereport.Report) []string {
+	if m.EmailID != nil {
+		return m.Recipients
+	}
+	if fb := report.Feedback; fb != nil {
+		return []string{fb.OriginalMailFrom, fb.OriginalReturnPath}
+	}
+	return nil
 }
 
 // emailIDFromMessageID returns the email id of a Message-ID Mailyard wrote,

@@ -294,6 +294,24 @@ func TestHandleReportsBoundToTheRecipientsReturnPath(t *testing.T) {
 	}
 }
 
+// A complaint to fbl@ about an email whose Message-ID is its client's (SMTP
+// submission keeps it) is found by the return path the report gives: before,
+// only a Message-ID as Mailyard writes it named the email, and the
+// complainer was never suppressed.
+func TestComplaintFoundByItsReturnPath(t *testing.T) {
+	f := newInboundFixture(t, "nobody@example.org", "reader@example.org")
+	arf := bytes.ReplaceAll(testdataReport(t, "arf-yahoo.eml"), []byte("<"+reportedEmailID+"@shop.example>"), []byte("<1700000000.42@app.example>"))
+	if res := f.handle(t, f.receiveAt(t, arf, "bounces@mail.shop.example", false, "fbl@isp.example")); res.Effects != 0 {
+		t.Fatalf("a complaint naming neither a return path nor a Message-ID of Mailyard's: %+v", res)
+	}
+	if res := f.handle(t, f.receiveAt(t, arf, f.recipientSender(t, 1), false, "fbl@isp.example")); res.Effects != 1 {
+		t.Fatalf("a complaint with reader@'s return path: %+v, want 1 effect", res)
+	}
+	if got, want := f.events(t), map[string]int{"complained reader@example.org": 1}; !maps.Equal(got, want) {
+		t.Fatalf("events %v, want %v", got, want)
+	}
+}
+
 // An empty message (which anyone may send to fbl@) is handled like any
 // other, so the sweep stops listing it: unhandled, it would be restarted
 // forever and, a hundred of them, fill every sweep. Rows stored by older
