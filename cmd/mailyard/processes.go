@@ -29,6 +29,7 @@ import (
 	"github.com/mailyard/mailyard/internal/submission"
 	"github.com/mailyard/mailyard/internal/temporalclient"
 	"github.com/mailyard/mailyard/internal/trackingtls"
+	"github.com/mailyard/mailyard/internal/tracktoken"
 	"github.com/mailyard/mailyard/internal/verification"
 	"github.com/mailyard/mailyard/worker"
 )
@@ -301,8 +302,12 @@ func serveInbound(ctx context.Context, cfg *config.Config, st *store.Store, tc c
 	if err != nil {
 		return err
 	}
+	tokens, err := tracktoken.New(cfg.EncryptionKey)
+	if err != nil {
+		return err
+	}
 	b := &inbound.Backend{
-		Store: st, Temporal: tc, Tags: tags, BounceHost: cfg.BounceHost,
+		Store: st, Temporal: tc, Tags: tags, Tokens: tokens, BounceHost: cfg.BounceHost,
 		Retention: cfg.EmailRetention, Logger: logger.With("component", "inbound"),
 	}
 	l.Server.TLSCertFile, l.Server.TLSKeyFile = cfg.SMTPServer.TLSCertFile, cfg.SMTPServer.TLSKeyFile

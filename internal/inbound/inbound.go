@@ -12,7 +12,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"github.com/mailyard/mailyard/internal/searchattr"
 	"github.com/mailyard/mailyard/internal/smtpserver"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/tracktoken"
 	inboundwf "github.com/mailyard/mailyard/workflows/inbound"
 )
 
@@ -46,10 +46,6 @@ const storeTimeout = 10 * time.Second
 // does not answer, the message is safe in the database and the sweep starts
 // it, so the 250 never waits on Temporal.
 const startTimeout = 5 * time.Second
-
-// unsubscribeToken is the shape of a one-click unsubscribe token: at most 64
-// URL-safe characters.
-var unsubscribeToken = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // ErrNoSuchRecipient refuses an address Mailyard did not hand out.
 var ErrNoSuchRecipient = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "No such recipient here"}
@@ -80,9 +76,12 @@ const clockSkew = time.Hour
 
 // Backend makes the sessions of the inbound server.
 type Backend struct {
-	Store      *store.Store
-	Temporal   client.Client
-	Tags       *bouncetag.Tagger
+	Store    *store.Store
+	Temporal client.Client
+	Tags     *bouncetag.Tagger
+	// Tokens check the token of unsubscribe+<token>@ before the message
+	// is taken (nil: such addresses are refused).
+	Tokens     *tracktoken.Keys
 	BounceHost string
 	// Retention is how long a message's bytes are kept after it is handled
 	// (MAILYARD_EMAIL_RETENTION).
@@ -97,6 +96,18 @@ type Backend struct {
 	// read from the database once (zero until then).
 	untaggedMu    sync.Mutex
 	untaggedUntil time.Time
+}
+
+// validUnsubscribe reports whether local is unsubscribe+<token> with a
+// token Mailyard minted: a made-up one is refused before its message is
+// stored, as any address Mailyard did not hand out is.
+func (b *Backend) validUnsubscribe(local string) bool {
+	token, ok := bouncetag.UnsubscribeToken(local)
+	if !ok || b.Tokens == nil {
+		return false
+	}
+	_, err := b.Tokens.Parse(tracktoken.Unsubscribe, token)
+	return err == nil
 }
 
 // NewSession implements smtp.Backend.
@@ -156,8 +167,7 @@ func (s *session) rcpt(to string) error {
 		return ErrNoSuchRecipient
 	}
 	if strings.EqualFold(domain, s.b.BounceHost) {
-		token, unsubscribe := bouncetag.UnsubscribeToken(local)
-		if strings.EqualFold(local, bouncetag.FeedbackLocal) || (unsubscribe && unsubscribeToken.MatchString(token)) {
+		if strings.EqualFold(local, bouncetag.FeedbackLocal) || s.b.validUnsubscribe(local) {
 			s.recipients = append(s.recipients, to)
 			return nil
 		}

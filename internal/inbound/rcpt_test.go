@@ -20,6 +20,7 @@ import (
 	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/testenv"
+	"github.com/mailyard/mailyard/internal/tracktoken"
 )
 
 // emailQueries counts the queries that read the emails table.
@@ -41,6 +42,7 @@ type fixture struct {
 	t       *testing.T
 	st      *store.Store
 	tags    *bouncetag.Tagger
+	tokens  *tracktoken.Keys
 	domain  *store.Domain
 	queries *emailQueries
 	addr    string
@@ -67,8 +69,9 @@ func newFixture(t *testing.T, databaseURL string) *fixture {
 	st.DB = st.DB.WithQueryHook(q)
 	dead, _ := client.NewLazyClient(client.Options{HostPort: testenv.FreeAddr(t)})
 	t.Cleanup(dead.Close)
-	addr := serve(t, &inbound.Backend{Store: st, Temporal: dead, Tags: tags, BounceHost: "bounces.example", Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)})
-	return &fixture{t: t, st: st, tags: tags, domain: d, queries: q, addr: addr}
+	tokens, _ := tracktoken.New(bytes.Repeat([]byte{3}, 32))
+	addr := serve(t, &inbound.Backend{Store: st, Temporal: dead, Tags: tags, Tokens: tokens, BounceHost: "bounces.example", Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	return &fixture{t: t, st: st, tags: tags, tokens: tokens, domain: d, queries: q, addr: addr}
 }
 
 // email stores an accepted email with id and envelope sender.
@@ -181,8 +184,13 @@ func TestRefusedRecipientsAreBoundedAndCheap(t *testing.T) {
 		t.Fatalf("%d queries in all", n)
 	}
 
-	// A new connection starts afresh.
-	f.dial().cmd("RCPT TO:<fbl@bounces.example>", "250 ")
+	// A new connection starts afresh. An unsubscribe address is taken only
+	// with a token Mailyard minted (in any case), not with one of its shape.
+	k = f.dial()
+	k.cmd("RCPT TO:<fbl@bounces.example>", "250 ")
+	k.cmd("RCPT TO:<unsubscribe+"+strings.Repeat("a", 40)+"@bounces.example>", "550 5.1.1 ")
+	token := f.tokens.MustMint(tracktoken.Token{Kind: tracktoken.Unsubscribe, EmailID: uuid.Must(uuid.NewV7()), Recipient: 3})
+	k.cmd("RCPT TO:<unsubscribe+"+strings.ToUpper(token)+"@bounces.example>", "250 ")
 }
 
 // The time tags began is read from SQLite too (mailyard dev).
