@@ -62,6 +62,7 @@ import (
 	"time"
 
 	"github.com/emersion/go-smtp"
+	"golang.org/x/sync/semaphore"
 )
 
 // Defaults for the zero values of Config.
@@ -105,6 +106,10 @@ type Config struct {
 	// of the budget to see the end marker, so over DATA (not BDAT) a
 	// message of exactly MaxMessageBytes gets 552 too; one byte less passes.
 	MaxMessageBytes int64
+	// MaxMessageBytesInFlight caps the bytes of the messages that all
+	// sessions hold at once, read and not yet stored (budgetBackend). 0
+	// means 8 × MaxMessageBytes.
+	MaxMessageBytesInFlight int64
 	// MaxRecipients caps RCPT per message (advertised as LIMITS RCPTMAX);
 	// one more gets 452 4.5.3. 0 means no cap.
 	MaxRecipients int
@@ -163,7 +168,7 @@ func New(cfg Config, backend smtp.Backend) (*Server, error) {
 	if backend == nil {
 		return nil, errors.New("smtpserver: backend is required")
 	}
-	if cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0 || cfg.MaxMessageBytes < 0 || cfg.MaxRecipients < 0 ||
+	if cfg.MaxConnections < 0 || cfg.MaxConnectionsPerIP < 0 || cfg.MaxMessageBytes < 0 || cfg.MaxMessageBytesInFlight < 0 || cfg.MaxRecipients < 0 ||
 		cfg.IdleTimeout < 0 || cfg.MaxSessionTime < 0 {
 		return nil, errors.New("smtpserver: limits must not be negative")
 	}
@@ -178,6 +183,12 @@ func New(cfg Config, backend smtp.Backend) (*Server, error) {
 	}
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if cfg.MaxMessageBytesInFlight == 0 {
+		cfg.MaxMessageBytesInFlight = 8 * cfg.MaxMessageBytes
+	}
+	if cfg.MaxMessageBytesInFlight < cfg.MaxMessageBytes {
+		return nil, errors.New("smtpserver: MaxMessageBytesInFlight must hold one message of MaxMessageBytes")
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
@@ -205,7 +216,10 @@ func New(cfg Config, backend smtp.Backend) (*Server, error) {
 		clients: make(map[string]int),
 	}
 
-	srv := smtp.NewServer(backend)
+	// A session waits for the budget at most half the idle time-out: its
+	// connection's read deadline runs while it waits.
+	srv := smtp.NewServer(&budgetBackend{Backend: backend, budget: semaphore.NewWeighted(cfg.MaxMessageBytesInFlight),
+		size: cfg.MaxMessageBytesInFlight, wait: cfg.IdleTimeout / 2})
 	srv.Domain = cfg.Hostname
 	srv.MaxMessageBytes = cfg.MaxMessageBytes
 	srv.MaxRecipients = cfg.MaxRecipients

@@ -1,0 +1,93 @@
+package smtpserver
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/emersion/go-smtp"
+	"golang.org/x/sync/semaphore"
+)
+
+// ErrBusy answers a message that could not be taken because the server's
+// sessions already hold Config.MaxMessageBytesInFlight of messages: a
+// temporary failure, so the client sends it again later.
+var ErrBusy = &smtp.SMTPError{
+	Code:         451,
+	EnhancedCode: smtp.EnhancedCode{4, 3, 2},
+	Message:      "Too busy receiving messages, try again later",
+}
+
+// budgetBackend gives every session's Data a reader that takes each byte it
+// reads from the server's budget, and gives the message's bytes back when
+// Data returns (the message stored, or refused). A message of 10 MiB costs
+// its session several times that in memory (the buffer, the statement that
+// stores it), and 500 connections may each send one: the budget bounds
+// them together. A session that finds the budget spent waits, not reading
+// from its connection (TCP holds the client back), and gets ErrBusy if it
+// stays spent.
+type budgetBackend struct {
+	smtp.Backend
+	budget *semaphore.Weighted
+	size   int64 // of budget
+	wait   time.Duration
+}
+
+func (b *budgetBackend) NewSession(c *smtp.Conn) (smtp.Session, error) {
+	s, err := b.Backend.NewSession(c)
+	if err != nil {
+		return s, err
+	}
+	// go-smtp looks for AuthSession on the session it is given.
+	if a, ok := s.(smtp.AuthSession); ok {
+		return &budgetAuthSession{AuthSession: a, b: b}, nil
+	}
+	return &budgetSession{Session: s, b: b}, nil
+}
+
+type budgetSession struct {
+	smtp.Session
+	b *budgetBackend
+}
+
+func (s *budgetSession) Data(r io.Reader) error { return s.b.data(s.Session.Data, r) }
+
+type budgetAuthSession struct {
+	smtp.AuthSession
+	b *budgetBackend
+}
+
+func (s *budgetAuthSession) Data(r io.Reader) error { return s.b.data(s.AuthSession.Data, r) }
+
+// data runs a session's Data over a reader charged to the budget.
+func (b *budgetBackend) data(data func(io.Reader) error, r io.Reader) error {
+	br := &budgetReader{r: r, b: b}
+	defer func() { b.budget.Release(br.held) }()
+	return data(br)
+}
+
+// budgetReader takes from the budget the bytes each read returned before
+// handing them on (a read that waits for the client holds nothing), and
+// waits while the budget is spent.
+type budgetReader struct {
+	r    io.Reader
+	b    *budgetBackend
+	held int64
+}
+
+func (r *budgetReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if n == 0 {
+		return n, err
+	}
+	// A read never takes more than the whole budget (a budget smaller than
+	// a read buffer would otherwise wait for ever).
+	take := min(int64(n), r.b.size)
+	ctx, cancel := context.WithTimeout(context.Background(), r.b.wait)
+	defer cancel()
+	if r.b.budget.Acquire(ctx, take) != nil {
+		return 0, ErrBusy
+	}
+	r.held += take
+	return n, err
+}
