@@ -513,8 +513,15 @@ func displayAddress(a mail.Address) string {
 	return a.Name + " <" + a.Address + ">"
 }
 
+// emailScope is the emails a key sees: its organization's, bounded by its
+// sending domain unless it has admin, which manages the whole organization
+// whatever its domain (docs/credentials.md), as for the statistics.
 func emailScope(p Principal) store.EmailScope {
-	return store.EmailScope{OrganizationID: p.OrganizationID, DomainID: p.SendingDomainID}
+	scope := store.EmailScope{OrganizationID: p.OrganizationID}
+	if !p.Permissions.Has(PermissionAdmin) {
+		scope.DomainID = p.SendingDomainID
+	}
+	return scope
 }
 
 func (s *Server) getEmail(ctx context.Context, in *EmailIDInput) (*Response[EmailData], error) {
@@ -574,7 +581,8 @@ func (s *Server) listEmailEvents(ctx context.Context, in *ListEmailEventsInput) 
 	if !ok {
 		return nil, apperr.NotFoundf("email")
 	}
-	const list = "email-events"
+	// A cursor names its email: one of another email's events is refused.
+	list := "emails/" + id + "/events"
 	page, err := storePage(in.PageQuery, list, defaultPageSize, func(after int64) (int64, bool) { return after, after > 0 })
 	if err != nil {
 		return nil, err

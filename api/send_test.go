@@ -1,7 +1,12 @@
 package api_test
 
 import (
+	"context"
+	"fmt"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/mailyard/mailyard/internal/store"
 )
@@ -28,4 +33,55 @@ func TestSendToBccOnly(t *testing.T) {
 	if got := res.detailLocations(); len(got) != 1 || got[0] != "body.to" {
 		t.Fatalf("no recipient at all: details at %v", got)
 	}
+}
+
+// A key's sending domain bounds the emails it sees unless it has admin,
+// which manages the whole organization whatever its domain, as for the
+// statistics (docs/credentials.md). Before, an admin credential, always
+// scoped to a domain, saw only that domain's emails.
+func TestAdminKeySeesEveryDomainsEmails(t *testing.T) {
+	h := newHarness(t)
+	shop := h.domainInStatus(h.orgID, "shop.example", store.DomainVerified)
+	news := h.domainInStatus(h.orgID, "news.example", store.DomainVerified)
+	_, sendKey := h.issueCredential(h.adminKey, news, "sender", "send")
+	_, shopAdmin := h.issueCredential(h.adminKey, shop, "operator", "admin")
+	_, shopSender := h.issueCredential(h.adminKey, shop, "shop sender", "send")
+
+	body := map[string]any{"from": "hello@news.example", "to": "ada@example.org", "subject": "hi", "text": "hello"}
+	id := h.do("POST", "/api/v1/emails", sendKey, body).data(t, 202)["email"].(map[string]any)["id"].(string)
+	h.do("GET", "/api/v1/emails/"+id, shopAdmin, nil).data(t, 200)
+	if list := h.do("GET", "/api/v1/emails", shopAdmin, nil).data(t, 200)["emails"].([]any); len(list) != 1 {
+		t.Fatalf("the admin key lists %d emails, want 1", len(list))
+	}
+	h.do("GET", "/api/v1/emails/"+id, shopSender, nil).expectError(t, 404, "not_found")
+}
+
+// A cursor of one email's events is refused for another email's, as any
+// cursor of another list is (docs/api-conventions.md): it skipped that
+// email's events up to the cursor's.
+func TestEmailEventsCursorNamesItsEmail(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	domainID := h.domainInStatus(h.orgID, "events.example", store.DomainVerified)
+	_, sendKey := h.issueCredential(h.adminKey, domainID, "sender", "send")
+	var ids []string
+	for range 2 {
+		body := map[string]any{"from": "hi@events.example", "to": "ada@example.org", "subject": "hi", "text": "hello"}
+		ids = append(ids, h.do("POST", "/api/v1/emails", sendKey, body).data(t, 202)["email"].(map[string]any)["id"].(string))
+	}
+	owners := []store.DomainOwner{{OrganizationID: h.orgID, DomainID: domainID}}
+	for i, eventType := range []string{"delivered", "opened"} {
+		ev := &store.Event{EventID: fmt.Sprintf("ev-%d", i), Domain: "events.example", EventType: eventType, OccurredAt: time.Now().UTC(),
+			MessageID: ids[0], ToEmail: "ada@example.org", Subject: "hi"}
+		if _, _, err := h.store.IngestEvent(ctx, ev, owners, []byte(`{}`), func() (string, error) { return uuid.NewString(), nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page := h.do("GET", "/api/v1/emails/"+ids[0]+"/events?limit=1", sendKey, nil).data(t, 200)
+	cursor, _ := page["next_cursor"].(string)
+	if cursor == "" {
+		t.Fatalf("no cursor after the first of two events: %v", page)
+	}
+	h.do("GET", "/api/v1/emails/"+ids[0]+"/events?limit=1&cursor="+cursor, sendKey, nil).data(t, 200)
+	h.do("GET", "/api/v1/emails/"+ids[1]+"/events?limit=1&cursor="+cursor, sendKey, nil).expectError(t, 422, "validation_failed")
 }
