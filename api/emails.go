@@ -366,8 +366,18 @@ func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[Q
 			s.logger.InfoContext(ctx, "the email's workflow started after all; answering it", "request_id", RequestID(ctx), "email_id", e.ID)
 			return answer(), nil
 		}
-		if derr = errors.Join(derr, s.undoAnswerInTx(undo)); derr != nil {
+		if derr != nil {
+			// The email stays, and the sweep finishes it: one whose answer
+			// committed with it (an Idempotency-Key) is started, so it is
+			// answered, and the client's retry replays the same email
+			// instead of sending a second; any other is removed, and the
+			// 503 below holds.
 			s.logger.ErrorContext(ctx, "remove unstarted email", "email_id", e.ID, "error", derr)
+			if e.Answered {
+				return answer(), nil
+			}
+		} else if uerr := s.undoAnswerInTx(undo); uerr != nil {
+			s.logger.ErrorContext(ctx, "forget the answer of a removed email", "email_id", e.ID, "error", uerr)
 		}
 		return nil, newError(CodeUnavailable, "the email could not be queued; nothing was sent, send it again")
 	}

@@ -115,6 +115,11 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 	// Send email's is 10 MiB), which Huma answers 413 at: a body read up
 	// to it is whole, one that reaches it is too large.
 	limit := op.MaxBodyBytes
+	// Read within the operation's time, as Huma would read it; net/http
+	// lifts the deadline once the body has been read to its end.
+	if op.BodyReadTimeout > 0 {
+		_ = ctx.SetReadDeadline(time.Now().Add(op.BodyReadTimeout))
+	}
 	body, err := io.ReadAll(io.LimitReader(ctx.BodyReader(), limit))
 	if err != nil {
 		fail(apperr.Errorf(apperr.BadRequest, "", "cannot read the request body"))
@@ -374,6 +379,14 @@ type recordingContext struct {
 }
 
 func (c *recordingContext) BodyReader() io.Reader { return bytes.NewReader(c.body) }
+
+// SetReadDeadline does nothing: the middleware has read the body, and once
+// it has, net/http reads the connection in the background to learn whether
+// the client went away. A deadline set then (Huma sets its BodyReadTimeout,
+// 5 s, before it reads the body) ends that read and cancels the request's
+// context: every idempotent request still running 5 s later was canceled,
+// and the next request on the connection failed at once.
+func (c *recordingContext) SetReadDeadline(time.Time) error { return nil }
 
 func (c *recordingContext) Context() context.Context { return c.ctx }
 

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -106,4 +107,88 @@ func TestSendAnswersTheEmailWhenOnlyItsStartLookedFailed(t *testing.T) {
 	if n := emails(); n != 2 {
 		t.Fatalf("%d emails stored, want 2", n)
 	}
+}
+
+// A send whose start failed and whose email could not be removed either
+// (here: the database refuses the delete) keeps the email, which the sweep
+// then finishes. With an Idempotency-Key its answer committed with it, so
+// the sweep starts it: the answer is the 202, and the client's retry
+// replays it. Before, the answer was forgotten and the client told to send
+// again: the email went twice.
+func TestSendWhoseEmailCannotBeRemovedIsAnswered(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	domainID := h.domainInStatus(h.orgID, "stuck.example", store.DomainVerified)
+	_, sendKey := h.issueCredential(h.adminKey, domainID, "sender", "send")
+	refuse := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if _, ok := req.(*workflowservice.StartWorkflowExecutionRequest); ok {
+			return status.Error(codes.FailedPrecondition, "the start failed")
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	down, err := client.Dial(client.Options{HostPort: testenv.Temporal(t),
+		ConnectionOptions: client.ConnectionOptions{DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(refuse)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(down.Close)
+	srv := httpServer(t, api.New(api.Deps{Config: h.cfg, Store: h.store, Temporal: down, Logger: h.logger}).Handler())
+	for _, stmt := range []string{
+		`CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'deletes refused'; END $$`,
+		`CREATE TRIGGER refuse_delete BEFORE DELETE ON email_recipients FOR EACH ROW EXECUTE FUNCTION refuse_delete()`,
+	} {
+		if _, err := h.store.DB.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _, _ = h.store.DB.ExecContext(ctx, `DROP TRIGGER refuse_delete ON email_recipients`) })
+
+	body := map[string]any{"from": "news@stuck.example", "to": []string{"a@example.org"}, "subject": "hi", "text": "hello"}
+	header := map[string]string{"Idempotency-Key": "stuck-1"}
+	res := h.doAt(srv.URL, "POST", "/api/v1/emails", sendKey, body, header)
+	if res.Status != 202 {
+		t.Fatalf("send whose email could not be removed: %d %s, want 202", res.Status, res.Raw)
+	}
+	again := h.doAt(srv.URL, "POST", "/api/v1/emails", sendKey, body, header)
+	if again.Status != 202 || again.Header.Get("Idempotent-Replayed") != "true" || string(again.Raw) != string(res.Raw) {
+		t.Fatalf("retry: %d replayed=%q %s, want the first answer", again.Status, again.Header.Get("Idempotent-Replayed"), again.Raw)
+	}
+	// Without a key nothing committed with the email: the sweep removes it,
+	// and the 503 stands.
+	h.doAt(srv.URL, "POST", "/api/v1/emails", sendKey, body, nil).expectError(t, 503, "unavailable")
+	var answered []bool
+	if err := h.store.DB.NewSelect().Model((*store.Email)(nil)).Column("answered").Where("organization_id = ?", h.orgID).
+		Order("created_at").Scan(ctx, &answered); err != nil || len(answered) != 2 || !answered[0] || answered[1] {
+		t.Fatalf("emails stored (answered): %v, %v; want one answered and one not", answered, err)
+	}
+}
+
+// An idempotent request still running when Huma's body read time-out (5 s)
+// has passed is not canceled, and the next request on its connection is
+// served. Before, the deadline Huma set after the idempotency middleware
+// had read the body ended net/http's background read: the request's context
+// was canceled (here: the email removed and 503 while its start was under
+// way) and the connection's next request failed at once.
+func TestSlowIdempotentRequestIsNotCanceled(t *testing.T) {
+	h := newHarness(t)
+	domainID := h.domainInStatus(h.orgID, "slow.example", store.DomainVerified)
+	_, sendKey := h.issueCredential(h.adminKey, domainID, "sender", "send")
+	slow := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if _, ok := req.(*workflowservice.StartWorkflowExecutionRequest); ok {
+			time.Sleep(6 * time.Second)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	tc, err := client.Dial(client.Options{HostPort: testenv.Temporal(t),
+		ConnectionOptions: client.ConnectionOptions{DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(slow)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.Close)
+	srv := httpServer(t, api.New(api.Deps{Config: h.cfg, Store: h.store, Temporal: tc, Logger: h.logger}).Handler())
+	body := map[string]any{"from": "news@slow.example", "to": []string{"a@example.org"}, "subject": "hi", "text": "hello"}
+	if res := h.doAt(srv.URL, "POST", "/api/v1/emails", sendKey, body, map[string]string{"Idempotency-Key": "slow-1"}); res.Status != 202 {
+		t.Fatalf("a send whose start took 6 s: %d %s, want 202", res.Status, res.Raw)
+	}
+	h.doAt(srv.URL, "GET", "/api/v1/emails", sendKey, nil, nil).data(t, 200)
 }
