@@ -428,11 +428,21 @@ func (s *Server) sendEmailBatch(ctx context.Context, in *SendEmailBatchInput) (*
 	if err := s.store.CreateEmails(txCtx, emails); err != nil {
 		return nil, err
 	}
+	// The starts share one start's time: with Temporal slow or away, 100
+	// emails started 16 at a time, each waiting its own 30 s, would keep the
+	// client past the server's write time-out, and a client that got no
+	// answer sends the batch again. What is not started by then, the sweep
+	// starts.
+	startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.startTimeout)
+	defer cancel()
 	var g errgroup.Group
 	g.SetLimit(batchStarts)
 	for _, n := range emails {
 		g.Go(func() error {
-			if err := s.startEmail(context.WithoutCancel(ctx), n.Email); err != nil {
+			if startCtx.Err() != nil {
+				return nil
+			}
+			if err := s.startEmail(startCtx, n.Email); err != nil {
 				s.logger.WarnContext(ctx, "batch email stored, its workflow not started yet (the sweep will)", "request_id", RequestID(ctx), "email_id", n.Email.ID, "error", err)
 			}
 			return nil
@@ -473,7 +483,7 @@ func (s *Server) updateScheduled(ctx context.Context, id, update string, args ..
 	if _, _, err := s.store.EmailInScope(ctx, scope, id); err != nil {
 		return nil, err
 	}
-	uctx, cancel := context.WithTimeout(ctx, startEmailTimeout)
+	uctx, cancel := context.WithTimeout(ctx, s.startTimeout)
 	defer cancel()
 	h, err := s.temporal.UpdateWorkflow(uctx, client.UpdateWorkflowOptions{
 		WorkflowID: email.WorkflowID(id), UpdateName: update, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted,
@@ -499,7 +509,7 @@ func (s *Server) updateScheduled(ctx context.Context, id, update string, args ..
 // startEmail starts the email's workflow with the schedule and retention in
 // force now, so that changing a default never changes an email on its way.
 func (s *Server) startEmail(ctx context.Context, e *store.Email) error {
-	ctx, cancel := context.WithTimeout(ctx, startEmailTimeout)
+	ctx, cancel := context.WithTimeout(ctx, s.startTimeout)
 	defer cancel()
 	owner := searchattr.Owner{OrganizationID: e.OrganizationID, DomainID: e.DomainID}
 	return email.Start(ctx, s.temporal, email.Starting{EmailID: e.ID, Owner: owner, Schedule: s.emailSchedule,

@@ -49,6 +49,9 @@ type Deps struct {
 	// IdempotencyWait overrides how long a request waits for the answer of the
 	// same request still running before 409 idempotency_in_progress (tests).
 	IdempotencyWait time.Duration
+	// StartTimeout overrides how long a request waits for Temporal to start
+	// or update a workflow, 30 s (tests).
+	StartTimeout time.Duration
 }
 
 // Server holds the public and internal handlers.
@@ -66,6 +69,8 @@ type Server struct {
 	box *secrets.Box
 
 	idempotencyWait time.Duration
+	// startTimeout: Deps.StartTimeout, or startEmailTimeout.
+	startTimeout time.Duration
 	// emailSchedule is the retry schedule new emails start with (nil: the
 	// default).
 	emailSchedule []time.Duration
@@ -100,6 +105,10 @@ func New(d Deps) *Server {
 	s.eagerStart = d.EagerStart
 	if s.idempotencyWait <= 0 {
 		s.idempotencyWait = defaultIdempotencyWait
+	}
+	s.startTimeout = d.StartTimeout
+	if s.startTimeout <= 0 {
+		s.startTimeout = startEmailTimeout
 	}
 	s.deliveries = &deliveryruns.Runs{Temporal: d.Temporal, Store: d.Store, Schedule: d.DeliverySchedule, Logger: d.Logger, EagerStart: d.EagerStart}
 	s.platform = &platformevents.Emitter{Store: d.Store, Runs: s.deliveries}

@@ -22,6 +22,7 @@ const (
 
 	// startEmailTimeout bounds the start of an email's workflow: a request
 	// that cannot start it in that time removes the email and answers 503.
+	// A batch's starts share it (Deps.StartTimeout overrides it).
 	startEmailTimeout = 30 * time.Second
 
 	// unstartedSweepEvery is how often the sweeps run, and unstartedBatch
