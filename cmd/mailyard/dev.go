@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,16 +48,6 @@ var devDefaults = map[string]string{
 	// Tracking links point at the API's own listener (docs/tracking.md).
 	"MAILYARD_TRACKING_URL":                   "http://127.0.0.1:8080",
 	"MAILYARD_SUBMISSION_ALLOW_INSECURE_AUTH": "true",
-}
-
-// isLoopback reports whether addr is host:port on a loopback address.
-func isLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // devSMTPAddr is where `mailyard dev` listens for the mail it sends.
@@ -103,9 +92,6 @@ func cmdDev(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Submission.AllowInsecureAuth && !isLoopback(cfg.Submission.Addr) {
-		return fmt.Errorf("MAILYARD_SUBMISSION_ALLOW_INSECURE_AUTH: dev allows AUTH without TLS on loopback only, not on %s", cfg.Submission.Addr)
-	}
 	if os.Getenv("MAILYARD_DNS_RESOLVER") == "" && cfg.DNSPublisher == "embedded" {
 		// Verification asks the dev DNS server, which answers for .test domains.
 		cfg.DNSResolver = cfg.DNSAddr
@@ -145,7 +131,7 @@ func cmdDev(ctx context.Context, logger *slog.Logger) error {
 
 	mailDir := filepath.Join(dataDir, "mail")
 	sinkAddr := devSMTPAddr
-	if cfg.SMTP.Mode == "relay" && isLoopback(cfg.SMTP.Relay) {
+	if cfg.SMTP.Mode == "relay" && config.IsLoopback(cfg.SMTP.Relay) {
 		// The relay was moved (tests run dev on free ports): listen there.
 		sinkAddr = cfg.SMTP.Relay
 	}

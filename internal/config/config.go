@@ -563,6 +563,10 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 	}
 	errs = append(errs, c.Tracking.load(str, addr)...)
 	c.Submission.AllowInsecureAuth = boolean("MAILYARD_SUBMISSION_ALLOW_INSECURE_AUTH", false)
+	if c.Submission.AllowInsecureAuth && !IsLoopback(c.Submission.Addr) {
+		// A key sent in clear text over a network is a key given away.
+		errs = append(errs, fmt.Errorf("MAILYARD_SUBMISSION_ALLOW_INSECURE_AUTH: AUTH without TLS is allowed on loopback only, not on MAILYARD_SUBMISSION_ADDR %q", c.Submission.Addr))
+	}
 	maxConns := str("MAILYARD_SMTP_MAX_CONNECTIONS", "500")
 	if n, err := strconv.Atoi(maxConns); err != nil || n < 1 || n > 100000 {
 		errs = append(errs, fmt.Errorf("MAILYARD_SMTP_MAX_CONNECTIONS: %q is not a number from 1 to 100000", maxConns))
@@ -690,4 +694,14 @@ func RedactURL(u string) string {
 		return scheme + "://" + user + ":***@" + host
 	}
 	return u
+}
+
+// IsLoopback reports whether addr is host:port on a loopback address.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }

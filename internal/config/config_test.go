@@ -278,3 +278,16 @@ func TestTrackingHosts(t *testing.T) {
 		t.Fatalf("an ftp URL: %v", err)
 	}
 }
+
+// AUTH without TLS sends a key in clear text: it is allowed on loopback
+// only, for `mailyard submission` as for dev.
+func TestInsecureAuthOnLoopbackOnly(t *testing.T) {
+	for addr, ok := range map[string]bool{"127.0.0.1:2587": true, "localhost:2587": true, "[::1]:2587": true, ":587": false, "0.0.0.0:587": false, "10.0.0.5:587": false} {
+		_, err := LoadFrom(env(map[string]string{"MAILYARD_SUBMISSION_ALLOW_INSECURE_AUTH": "true", "MAILYARD_SUBMISSION_ADDR": addr}), Need{})
+		if got := err == nil; got != ok {
+			t.Errorf("insecure AUTH on %s: %v, want allowed %v", addr, err, ok)
+		} else if err != nil && !strings.Contains(err.Error(), "MAILYARD_SUBMISSION_ALLOW_INSECURE_AUTH") {
+			t.Errorf("the error does not name the variable: %v", err)
+		}
+	}
+}
