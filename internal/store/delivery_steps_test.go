@@ -162,6 +162,33 @@ func TestDeliveryStepWritesAreIdempotent(t *testing.T) {
 	})
 }
 
+// A scheduled email's recipients count as accepted on the day it is
+// accepted (its time came), not the day it was created: an email scheduled
+// days ahead changed a day long past.
+func TestAcceptedCountsOnTheDayOfAcceptance(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		org := newOrg(t, st, "acme")
+		domain := newDomain(t, st, org, "x.example", store.DomainVerified)
+		id := newEmail(t, st, org, domain, "ada@r.example", "bob@r.example")
+		created := time.Now().UTC().AddDate(0, 0, -3)
+		if _, err := st.DB.NewUpdate().Model((*store.Email)(nil)).Set("created_at = ?", created).Where("id = ?", id).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.AcceptEmail(ctx, id, store.Acceptance{EnvelopeSender: "bounces+a@mail.x.example", Recipients: 2}); err != nil {
+			t.Fatal(err)
+		}
+		days, err := st.Stats(ctx, org, nil, created, time.Now().UTC())
+		if err != nil || len(days) != 4 {
+			t.Fatalf("stats %+v, %v", days, err)
+		}
+		if days[0].Accepted != 0 || days[3].Accepted != 2 {
+			t.Fatalf("accepted %d on the day of creation and %d today, want 0 and 2", days[0].Accepted, days[3].Accepted)
+		}
+	})
+}
+
 // acceptedSinceYesterday is the organization's accepted count of today and
 // yesterday (UTC), so that a test running over midnight counts the same.
 func acceptedSinceYesterday(t *testing.T, st *store.Store, org int64) int64 {

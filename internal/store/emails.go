@@ -424,8 +424,9 @@ type Accepted struct {
 // whose time has come becomes queued, the envelope sender and the signed
 // message are stored unless they are (the selector with the message), and
 // the first time only, the email is marked accepted and its recipients are
-// counted as accepted on the UTC day it was created. A second run changes
-// nothing and returns what the first stored.
+// counted as accepted on the UTC day of that moment (a scheduled email's,
+// when its time came). A second run changes nothing and returns what the
+// first stored.
 func (s *Store) AcceptEmail(ctx context.Context, id string, a Acceptance) (Accepted, error) {
 	if a.Recipients < 0 {
 		return Accepted{}, fmt.Errorf("email %s: negative recipient count %d", id, a.Recipients)
@@ -458,7 +459,7 @@ func acceptSet(a Acceptance) schema.QueryWithArgs {
 // and counts nothing.
 func (s *Store) acceptEmailInOneStatement(ctx context.Context, id string, a Acceptance) (Accepted, error) {
 	count, err := statUpsert(StatAccepted, bun.SafeQuery(
-		"SELECT organization_id, domain_id, (created_at AT TIME ZONE 'UTC')::date, ?, ? FROM accepted WHERE first_time AND ? > 0",
+		"SELECT organization_id, domain_id, (accepted_at AT TIME ZONE 'UTC')::date, ?, ? FROM accepted WHERE first_time AND ? > 0",
 		a.Recipients, statShard(s.DB), a.Recipients))
 	if err != nil {
 		return Accepted{}, err
@@ -468,7 +469,7 @@ func (s *Store) acceptEmailInOneStatement(ctx context.Context, id string, a Acce
 	UPDATE emails AS e SET ?, accepted_at = COALESCE(e.accepted_at, ?)
 	FROM (SELECT id AS locked_id, accepted_at IS NULL AS first_time FROM emails WHERE id = ? FOR UPDATE) AS locked
 	WHERE e.id = locked.locked_id
-	RETURNING e.envelope_sender, e.signed_message, e.organization_id, e.domain_id, e.created_at, locked.first_time
+	RETURNING e.envelope_sender, e.signed_message, e.organization_id, e.domain_id, e.accepted_at, locked.first_time
 ), counted AS (?)
 SELECT envelope_sender, signed_message FROM accepted`,
 		acceptSet(a), now(), id, count).Scan(ctx, &stored.EnvelopeSender, &stored.SignedMessage)
@@ -486,18 +487,18 @@ func (s *Store) acceptEmailInTx(ctx context.Context, id string, a Acceptance) (A
 			AcceptedAt     *time.Time
 			OrganizationID int64
 			DomainID       int64
-			CreatedAt      time.Time
 		}
 		err := tx.NewUpdate().Model((*Email)(nil)).Set("?", acceptSet(a)).Where("id = ?", id).
-			Returning("envelope_sender, signed_message, accepted_at, organization_id, domain_id, created_at").Scan(ctx, &row)
+			Returning("envelope_sender, signed_message, accepted_at, organization_id, domain_id").Scan(ctx, &row)
 		stored = Accepted{EnvelopeSender: row.EnvelopeSender, SignedMessage: row.SignedMessage}
 		if err != nil || row.AcceptedAt != nil {
 			return err
 		}
-		if _, err := tx.NewUpdate().Model((*Email)(nil)).Set("accepted_at = ?", now()).Where("id = ?", id).Exec(ctx); err != nil {
+		at := now()
+		if _, err := tx.NewUpdate().Model((*Email)(nil)).Set("accepted_at = ?", at).Where("id = ?", id).Exec(ctx); err != nil {
 			return err
 		}
-		return CountEmailEvent(ctx, tx, row.OrganizationID, row.DomainID, StatAccepted, row.CreatedAt, a.Recipients)
+		return CountEmailEvent(ctx, tx, row.OrganizationID, row.DomainID, StatAccepted, at, a.Recipients)
 	})
 	return stored, err
 }
