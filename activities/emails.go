@@ -385,15 +385,26 @@ func (a *Emails) attempt(ctx context.Context, in email.AttemptInput, e *store.Em
 	if err != nil {
 		return out, err
 	}
-	if err := ctx.Err(); err != nil {
-		// The worker is stopping: nothing is recorded, and the retried
-		// attempt sends again (the same bytes and Message-ID).
-		return out, err
-	}
 	metrics.ObserveEmailAttempt(time.Since(started))
+	// When the attempt's own context ended while it sent (its time limit,
+	// the worker stopping, Temporal giving up on it), the answers servers
+	// gave are still recorded, on a context of their own: a recipient whose
+	// 250 was not recorded would be sent to again. Those that got no answer
+	// (the connection closed under them) are left to the next attempt,
+	// which Temporal runs since the step fails.
+	ended := ctx.Err()
+	recordCtx := ctx
+	if ended != nil {
+		var cancel context.CancelFunc
+		recordCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), recordAfterEndTimeout)
+		defer cancel()
+	}
 	var unreadErrs []error
 	for i, res := range results {
 		r := pending[i]
+		if ended != nil && res.Code == 0 {
+			continue
+		}
 		if unread[i] != nil {
 			// Not sent, because its message could not be read: nothing
 			// is recorded, and the step fails once the others are, so
@@ -423,16 +434,23 @@ func (a *Emails) attempt(ctx context.Context, in email.AttemptInput, e *store.Em
 			out.Deferred++
 			out.Pending++
 		}
-		if _, err := a.Store.ChangeRecipient(ctx, e.ID, change, effects); err != nil {
+		if _, err := a.Store.ChangeRecipient(recordCtx, e.ID, change, effects); err != nil {
 			return out, err
 		}
 		metrics.CountEmailRecipient(recipientOutcome(change.Status))
+	}
+	if ended != nil {
+		return out, ended
 	}
 	if len(unreadErrs) > 0 {
 		return out, errors.Join(unreadErrs...)
 	}
 	return out, a.settle(ctx, e.ID)
 }
+
+// recordAfterEndTimeout bounds the recording of the answers an attempt got
+// before its context ended.
+const recordAfterEndTimeout = 10 * time.Second
 
 // send makes one attempt to every pending recipient: the email's one
 // message, or each recipient's own when the email is tracked, read from the

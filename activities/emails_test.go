@@ -3,6 +3,7 @@ package activities_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/emersion/go-smtp"
 	"github.com/google/uuid"
+	"github.com/uptrace/bun"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -201,5 +203,55 @@ func TestFirstAttemptHeartbeatsAsARegularActivity(t *testing.T) {
 	defer f.relay.mu.Unlock()
 	if len(f.relay.taken) != 1 {
 		t.Fatalf("the relay took %d messages, want 1", len(f.relay.taken))
+	}
+}
+
+// cancelOnQuery cancels a context when a statement holding all of the
+// fragments is about to run.
+type cancelOnQuery struct {
+	fragments []string
+	cancel    context.CancelFunc
+}
+
+func (h *cancelOnQuery) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.Context {
+	for _, f := range h.fragments {
+		if !strings.Contains(e.Query, f) {
+			return ctx
+		}
+	}
+	h.cancel()
+	return ctx
+}
+
+func (h *cancelOnQuery) AfterQuery(context.Context, *bun.QueryEvent) {}
+
+// An attempt whose context ends after a server took a recipient's message
+// (here: as the next recipient's message is read) still records that 250,
+// so the next attempt does not send it again; the recipient that got no
+// answer is left to the next attempt, and the step fails. Before, nothing
+// was recorded and ada@ got the email twice.
+func TestAttemptRecordsAnswersAfterItsContextEnded(t *testing.T) {
+	f := newSendingFixture(t)
+	id := f.newEmail(t, mailmsg.Request{From: "news@shop.example", To: []string{"ada@rcpt.example", "bob@rcpt.example"},
+		Subject: "Sale", HTML: "<p>Our <a href=\"https://shop.example/sale\">sale</a></p>"}, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.st.DB = f.st.DB.WithQueryHook(&cancelOnQuery{fragments: []string{"SELECT", "signed_message", "position = 1"}, cancel: cancel})
+
+	if _, err := f.a.FirstAttempt(ctx, email.FirstAttemptInput{EmailID: id, Send: true}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("FirstAttempt: %v, want the context's end", err)
+	}
+	rs, err := f.st.EmailRecipients(context.Background(), id)
+	if err != nil || rs[0].Status != store.RecipientDelivered || rs[1].Status != store.RecipientQueued || rs[1].Attempts != 0 {
+		t.Fatalf("recipients after the ended attempt: %+v, %v", rs, err)
+	}
+	res, err := f.a.Attempt(context.Background(), email.AttemptInput{EmailID: id, Attempt: 2})
+	if err != nil || res.Delivered != 1 || res.Pending != 0 {
+		t.Fatalf("the next attempt: %+v, %v", res, err)
+	}
+	f.relay.mu.Lock()
+	defer f.relay.mu.Unlock()
+	if len(f.relay.taken) != 2 || !strings.HasSuffix(f.relay.taken[0], " ada@rcpt.example") || !strings.HasSuffix(f.relay.taken[1], " bob@rcpt.example") {
+		t.Fatalf("the relay took %q, want ada@'s message once, then bob@'s", f.relay.taken)
 	}
 }
