@@ -102,16 +102,17 @@ func (s *Server) SweepUnstartedEmails(ctx context.Context) (started, removed int
 	return started, removed, nil
 }
 
-// SweepUnstartedOnboarding starts the onboarding of pending domains added in
-// the last unstartedDomainHorizon (and at least unstartedAge ago) that
-// have no onboarding run: their API process died between storing the domain
-// and starting the run. Unlike an email, such a domain is never removed: the
-// client's retry finds it (its answer committed with it, or 409
-// domain_exists), and onboarding it is all that was left to do. It returns
-// how many it started.
+// SweepUnstartedOnboarding starts the onboarding of pending domains whose
+// verification window opened in the last unstartedDomainHorizon (and at
+// least unstartedAge ago) that have no onboarding run: their API process
+// died between storing the domain and starting the run, or a failed domain
+// was reopened by Verify domain and Temporal could not be reached. Unlike an
+// email, such a domain is never removed: the client's retry finds it (its
+// answer committed with it, or 409 domain_exists), and onboarding it is all
+// that was left to do. It returns how many it started.
 func (s *Server) SweepUnstartedOnboarding(ctx context.Context) (int, error) {
 	now := time.Now()
-	domains, err := s.store.PendingDomainsCreatedBetween(ctx, now.Add(-unstartedDomainHorizon), now.Add(-unstartedAge), unstartedBatch)
+	domains, err := s.store.PendingDomainsWindowBetween(ctx, now.Add(-unstartedDomainHorizon), now.Add(-unstartedAge), unstartedBatch)
 	if err != nil {
 		return 0, err
 	}

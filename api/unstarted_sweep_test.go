@@ -234,8 +234,10 @@ func TestEmailIDsInAnyUUIDForm(t *testing.T) {
 }
 
 // A domain whose API process died before its onboarding started stays
-// pending with no run. The sweep starts onboarding for such domains added
-// within its horizon, once they are old enough, and leaves the others.
+// pending with no run, as does a failed domain reopened while Temporal could
+// not be reached. The sweep starts onboarding for such domains whose window
+// opened within its horizon, once they are old enough, and leaves the
+// others.
 func TestSweepStartsOnboardingThatNeverStarted(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
@@ -257,22 +259,29 @@ func TestSweepStartsOnboardingThatNeverStarted(t *testing.T) {
 	// horizon, one too young, one beyond the horizon.
 	// Ids far from the other tests' (they share the Temporal server, where
 	// the runs are named by domain id).
+	// A failed domain reopened by Verify domain while Temporal could not
+	// be reached is pending with a new window and no run too.
 	base := time.Now().UnixNano() % 1_000_000_000 * 10
 	orphan := h.pendingDomainWithID(base+1, "orphan.example")
 	young := h.pendingDomainWithID(base+2, "young.example")
 	ancient := h.pendingDomainWithID(base+3, "ancient.example")
-	for id, age := range map[int64]time.Duration{orphan: 3 * time.Minute, ancient: 2 * time.Hour} {
-		if _, err := h.store.DB.NewUpdate().Model((*store.Domain)(nil)).Set("created_at = ?", time.Now().Add(-age)).
-			Where("id = ?", id).Exec(ctx); err != nil {
+	reopened := h.pendingDomainWithID(base+4, "reopened.example")
+	for id, age := range map[int64]struct{ created, window time.Duration }{
+		orphan:   {3 * time.Minute, 3 * time.Minute},
+		ancient:  {2 * time.Hour, 2 * time.Hour},
+		reopened: {5 * 24 * time.Hour, 3 * time.Minute},
+	} {
+		if _, err := h.store.DB.NewUpdate().Model((*store.Domain)(nil)).Set("created_at = ?", time.Now().Add(-age.created)).
+			Set("window_started_at = ?", time.Now().Add(-age.window)).Where("id = ?", id).Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	started, err := h.api.SweepUnstartedOnboarding(ctx)
-	if err != nil || started != 1 {
-		t.Fatalf("sweep started %d (%v), want 1", started, err)
+	if err != nil || started != 2 {
+		t.Fatalf("sweep started %d (%v), want 2", started, err)
 	}
-	for id, want := range map[int64]bool{orphan: true, young: false, ancient: false} {
+	for id, want := range map[int64]bool{orphan: true, young: false, ancient: false, reopened: true} {
 		_, err := h.temporal.DescribeWorkflowExecution(ctx, fmt.Sprintf("domain-onboarding:%d", id), "")
 		if (err == nil) != want {
 			t.Errorf("domain %d: onboarding run exists=%v, want %v", id, err == nil, want)
