@@ -43,7 +43,9 @@ type RotationStarter interface {
 func (a *Domains) GenerateDKIMKeys(ctx context.Context, domainID int64) error {
 	d, err := a.Store.DomainByID(ctx, domainID)
 	if err != nil {
-		return err
+		// The API takes back a domain whose onboarding seemed not to start;
+		// if it did start, the run ends here instead of retrying for ever.
+		return goneOr(domainID, err)
 	}
 	existing, err := a.Store.CurrentDKIMKeys(ctx, domainID)
 	if err != nil {
@@ -85,6 +87,9 @@ func (a *Domains) newKey(ctx context.Context, domainID int64, selector string, p
 // <selector>.<dkim host>, where the customer's CNAMEs point; then key 1 is the
 // active key and key 2 the standby.
 func (a *Domains) PublishDKIMKeys(ctx context.Context, domainID int64) error {
+	if _, err := a.Store.DomainByID(ctx, domainID); err != nil {
+		return goneOr(domainID, err)
+	}
 	ks, err := a.Store.CurrentDKIMKeys(ctx, domainID)
 	if err != nil {
 		return err

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
+
 	"github.com/mailyard/mailyard/activities"
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/dnscheck"
@@ -55,6 +57,23 @@ func domainActivities(t *testing.T, resolver string) (*activities.Domains, *stor
 		t.Fatal(err)
 	}
 	return a, st, d
+}
+
+// A domain the API took back (its onboarding seemed not to start, but did)
+// ends the run's key steps with a non-retryable error, instead of retrying
+// them for ever.
+func TestKeyStepsOfATakenBackDomainEnd(t *testing.T) {
+	zone := testenv.StartDNSZone(t)
+	a, st, d := domainActivities(t, zone.Addr)
+	if err := st.DeleteDomain(context.Background(), d.ID); err != nil {
+		t.Fatal(err)
+	}
+	for name, step := range map[string]func(context.Context, int64) error{"generate": a.GenerateDKIMKeys, "publish": a.PublishDKIMKeys} {
+		var appErr *temporal.ApplicationError
+		if err := step(context.Background(), d.ID); !errors.As(err, &appErr) || !appErr.NonRetryable() {
+			t.Errorf("%s for a deleted domain: %v, want a non-retryable error", name, err)
+		}
+	}
 }
 
 func TestGenerateAndPublishDKIMKeys(t *testing.T) {
