@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +19,20 @@ import (
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/testenv"
 )
+
+// serverThrough is an API server on the harness's store whose Temporal
+// client goes through interceptor; startTimeout overrides the API's 30 s
+// (0: not).
+func (h *harness) serverThrough(interceptor grpc.UnaryClientInterceptor, startTimeout time.Duration) *httptest.Server {
+	h.t.Helper()
+	tc, err := client.Dial(client.Options{HostPort: testenv.Temporal(h.t),
+		ConnectionOptions: client.ConnectionOptions{DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(interceptor)}}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(tc.Close)
+	return httpServer(h.t, api.New(api.Deps{Config: h.cfg, Store: h.store, Temporal: tc, Logger: h.logger, StartTimeout: startTimeout}).Handler())
+}
 
 // A start that fails on the API's side only (its answer lost, e.g. after
 // the 30 s timeout) while Temporal did create the run and the worker's first
@@ -52,13 +67,7 @@ func TestSendAnswersTheEmailWhenOnlyItsStartLookedFailed(t *testing.T) {
 		}
 		return status.Error(codes.DeadlineExceeded, "the answer was lost")
 	}
-	lossy, err := client.Dial(client.Options{HostPort: testenv.Temporal(t),
-		ConnectionOptions: client.ConnectionOptions{DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(lose)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(lossy.Close)
-	srv := httpServer(t, api.New(api.Deps{Config: h.cfg, Store: h.store, Temporal: lossy, Logger: h.logger}).Handler())
+	srv := h.serverThrough(lose, 0)
 	emails := func() int64 {
 		t.Helper()
 		n, err := h.store.DB.NewSelect().Model((*store.Email)(nil)).Where("organization_id = ?", h.orgID).Count(ctx)
@@ -127,13 +136,7 @@ func TestSendWhoseEmailCannotBeRemovedIsAnswered(t *testing.T) {
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	down, err := client.Dial(client.Options{HostPort: testenv.Temporal(t),
-		ConnectionOptions: client.ConnectionOptions{DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(refuse)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(down.Close)
-	srv := httpServer(t, api.New(api.Deps{Config: h.cfg, Store: h.store, Temporal: down, Logger: h.logger}).Handler())
+	srv := h.serverThrough(refuse, 0)
 	for _, stmt := range []string{
 		`CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'deletes refused'; END $$`,
 		`CREATE TRIGGER refuse_delete BEFORE DELETE ON email_recipients FOR EACH ROW EXECUTE FUNCTION refuse_delete()`,
@@ -180,13 +183,7 @@ func TestSlowIdempotentRequestIsNotCanceled(t *testing.T) {
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	tc, err := client.Dial(client.Options{HostPort: testenv.Temporal(t),
-		ConnectionOptions: client.ConnectionOptions{DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(slow)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Close)
-	srv := httpServer(t, api.New(api.Deps{Config: h.cfg, Store: h.store, Temporal: tc, Logger: h.logger}).Handler())
+	srv := h.serverThrough(slow, 0)
 	body := map[string]any{"from": "news@slow.example", "to": []string{"a@example.org"}, "subject": "hi", "text": "hello"}
 	if res := h.doAt(srv.URL, "POST", "/api/v1/emails", sendKey, body, map[string]string{"Idempotency-Key": "slow-1"}); res.Status != 202 {
 		t.Fatalf("a send whose start took 6 s: %d %s, want 202", res.Status, res.Raw)
@@ -210,14 +207,8 @@ func TestBatchStartsShareOneStartsTime(t *testing.T) {
 		}
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	tc, err := client.Dial(client.Options{HostPort: testenv.Temporal(t),
-		ConnectionOptions: client.ConnectionOptions{DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(hang)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Close)
 	const startTimeout = 2 * time.Second
-	srv := httpServer(t, api.New(api.Deps{Config: h.cfg, Store: h.store, Temporal: tc, Logger: h.logger, StartTimeout: startTimeout}).Handler())
+	srv := h.serverThrough(hang, startTimeout)
 	batch := make([]map[string]any, 100)
 	for i := range batch {
 		batch[i] = map[string]any{"from": "news@batch.example", "to": fmt.Sprintf("r%d@example.org", i), "subject": "hi", "text": "hello"}
