@@ -27,6 +27,37 @@ import (
 // TestReplayLongDNSWait). It runs only when asked to
 // (MAILYARD_RECORD_HISTORIES=1), after a deliberate, versioned change.
 func TestRecordLongDNSWait(t *testing.T) {
+	var checks atomic.Int32
+	recordRun(t, "testdata/dkim-rotation-v1-long-dns-wait.json",
+		func(context.Context, int64) (Plan, error) {
+			return Plan{Active: true, Enabled: true, NextRotationAt: time.Now().Add(-time.Hour)}, nil
+		},
+		func(context.Context, int64) (bool, error) { return checks.Add(1) > longDNSWaitChecks, nil })
+}
+
+// TestRecordIntervalUp records a run whose rotation interval runs out on
+// its timer: the plan is loaded again (reload-before-rotating), and the
+// rotation made, into testdata/dkim-rotation-v2-interval-up.json.
+func TestRecordIntervalUp(t *testing.T) {
+	var loads atomic.Int32
+	due := time.Now().Add(2 * time.Second)
+	recordRun(t, "testdata/dkim-rotation-v2-interval-up.json",
+		func(context.Context, int64) (Plan, error) {
+			loads.Add(1)
+			return Plan{Active: true, Enabled: true, NextRotationAt: due}, nil
+		},
+		func(context.Context, int64) (bool, error) { return true, nil })
+	if loads.Load() != 2 {
+		t.Fatalf("the plan was loaded %d times, want 2", loads.Load())
+	}
+}
+
+// recordRun runs one cycle on a dev server with loadPlan and confirm for
+// those steps (the others answer as a rotation goes), and writes the first
+// run's history, which ends by continuing as new, to path. It runs only
+// when asked to (MAILYARD_RECORD_HISTORIES=1).
+func recordRun(t *testing.T, path string, loadPlan func(context.Context, int64) (Plan, error), confirm func(context.Context, int64) (bool, error)) {
+	t.Helper()
 	if os.Getenv("MAILYARD_RECORD_HISTORIES") != "1" {
 		t.Skip("set MAILYARD_RECORD_HISTORIES=1 to record replay histories")
 	}
@@ -38,13 +69,10 @@ func TestRecordLongDNSWait(t *testing.T) {
 	queue := "rotation-record-" + uuid.NewString()
 	w := worker.New(tc, queue, worker.Options{})
 	w.RegisterWorkflowWithOptions(Workflow, workflow.RegisterOptions{Name: WorkflowName})
-	var checks atomic.Int32
 	for name, fn := range map[string]any{
-		LoadPlanActivity: func(context.Context, int64) (Plan, error) {
-			return Plan{Active: true, Enabled: true, NextRotationAt: time.Now().Add(-time.Hour)}, nil
-		},
+		LoadPlanActivity:       loadPlan,
 		BeginActivity:          func(context.Context, int64) (Status, error) { return begun, nil },
-		ConfirmStandbyActivity: func(context.Context, int64) (bool, error) { return checks.Add(1) > longDNSWaitChecks, nil },
+		ConfirmStandbyActivity: confirm,
 		SwitchActivity:         func(context.Context, int64) (Status, error) { return switched, nil },
 		ReplaceActivity:        func(context.Context, int64) error { return nil },
 	} {
@@ -79,7 +107,7 @@ func TestRecordLongDNSWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile("testdata/dkim-rotation-v1-long-dns-wait.json", b, 0o644); err != nil {
+	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("recorded %d events", len(history.Events))

@@ -6,8 +6,10 @@ import (
 	"github.com/mailyard/mailyard/internal/testenv"
 )
 
-// Histories of real runs (recorded by the end-to-end test with
-// MAILYARD_RECORD_HISTORIES=1) must replay with the current code.
+// Histories of real runs (recorded by the end-to-end test and by
+// record_test.go with MAILYARD_RECORD_HISTORIES=1) must replay with the
+// current code: v1 from before reload-before-rotating, v2 a run whose
+// interval ran out on its timer, with the plan loaded again.
 func TestReplayRecordedHistories(t *testing.T) {
 	testenv.ReplayHistories(t, "testdata/*.json", 1, Workflow, WorkflowName)
 }

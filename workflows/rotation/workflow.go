@@ -95,7 +95,15 @@ func Workflow(ctx workflow.Context, in Input) error {
 					return err
 				}
 				if !woken {
-					requested = true // the interval is up
+					// The interval is up. Since reload-before-rotating the
+					// plan is loaded again first: settings stored while
+					// their signal could not reach this run (the API then
+					// answered 503) count, and a rotation turned off or
+					// moved is not made now. Runs from before rotate at once.
+					if workflow.GetVersion(ctx, reloadBeforeRotatingChange, workflow.DefaultVersion, 1) == 1 {
+						continue
+					}
+					requested = true
 				}
 			} else {
 				requested = true
@@ -199,6 +207,11 @@ func dnsWaitContinueAsNew(checks int) string {
 // settingsDuringLoadChange is the workflow.GetVersion change id of runs that
 // keep a settings signal received while the plan loads.
 const settingsDuringLoadChange = "settings-during-load"
+
+// reloadBeforeRotatingChange is the workflow.GetVersion change id of runs
+// that load the plan again when the rotation interval is up, before they
+// rotate.
+const reloadBeforeRotatingChange = "reload-before-rotating"
 
 // Every step retries until it succeeds: a publisher or database that is down
 // delays a rotation, never fails it half-way. Each step is idempotent.

@@ -82,8 +82,9 @@ func (s *workflowSuite) continuedAsNew() {
 
 func (s *workflowSuite) TestAutomaticRotationWaitsForTheIntervalAndTheCNAME() {
 	start := s.env.Now()
+	// Loaded at the start, and again when the interval is up.
 	s.env.OnActivity(LoadPlanActivity, mock.Anything, domainID).Return(
-		Plan{Active: true, Enabled: true, NextRotationAt: start.Add(180 * 24 * time.Hour)}, nil).Once()
+		Plan{Active: true, Enabled: true, NextRotationAt: start.Add(180 * 24 * time.Hour)}, nil).Twice()
 	at := map[string][]time.Duration{}
 	s.expectRotation(3, at, start)
 	s.env.ExecuteWorkflow(WorkflowName, testInput)
@@ -137,7 +138,7 @@ func (s *workflowSuite) TestNewSettingsRearmTheTimer() {
 	// Off at first; after the signal, on and due in one day.
 	s.env.OnActivity(LoadPlanActivity, mock.Anything, domainID).Return(Plan{Active: true, Enabled: false}, nil).Once()
 	s.env.OnActivity(LoadPlanActivity, mock.Anything, domainID).Return(
-		Plan{Active: true, Enabled: true, NextRotationAt: start.Add(30 * time.Hour)}, nil).Once()
+		Plan{Active: true, Enabled: true, NextRotationAt: start.Add(30 * time.Hour)}, nil).Twice()
 	at := map[string][]time.Duration{}
 	s.expectRotation(1, at, start)
 	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(SettingsSignal, nil) }, 6*time.Hour)
@@ -145,6 +146,21 @@ func (s *workflowSuite) TestNewSettingsRearmTheTimer() {
 
 	s.continuedAsNew()
 	s.Equal([]time.Duration{30 * time.Hour}, at["begin"])
+}
+
+// When the interval is up the plan is loaded again before rotating:
+// rotation turned off by settings whose signal never reached the run (the
+// API answered 503) is not made.
+func (s *workflowSuite) TestTheIntervalUpReloadsThePlan() {
+	start := s.env.Now()
+	s.env.OnActivity(LoadPlanActivity, mock.Anything, domainID).Return(
+		Plan{Active: true, Enabled: true, NextRotationAt: start.Add(time.Hour)}, nil).Once()
+	s.env.OnActivity(LoadPlanActivity, mock.Anything, domainID).Return(Plan{Active: true, Enabled: false}, nil).Once()
+	s.env.OnActivity(BeginActivity, mock.Anything, domainID).Return(begun, nil).
+		Run(func(mock.Arguments) { s.Fail("rotated although the reloaded plan has rotation off") }).Maybe()
+	s.env.RegisterDelayedCallback(s.env.CancelWorkflow, 3*time.Hour)
+	s.env.ExecuteWorkflow(WorkflowName, testInput)
+	s.True(s.env.IsWorkflowCompleted())
 }
 
 func (s *workflowSuite) TestResumesARotationStoppedHalfWay() {
@@ -217,7 +233,7 @@ func (s *workflowSuite) TestSettingsDuringThePlanLoadAreKept() {
 	start := s.env.Now()
 	s.env.OnActivity(LoadPlanActivity, mock.Anything, domainID).Return(Plan{Active: true, Enabled: false}, nil).After(time.Minute).Once()
 	s.env.OnActivity(LoadPlanActivity, mock.Anything, domainID).Return(
-		Plan{Active: true, Enabled: true, NextRotationAt: start.Add(30 * time.Hour)}, nil).Once()
+		Plan{Active: true, Enabled: true, NextRotationAt: start.Add(30 * time.Hour)}, nil).Twice()
 	at := map[string][]time.Duration{}
 	s.expectRotation(1, at, start)
 	s.env.RegisterDelayedCallback(func() { s.env.SignalWorkflow(SettingsSignal, nil) }, 30*time.Second)
