@@ -161,9 +161,13 @@ func (s *Server) testWebhook(ctx context.Context, in *TestWebhookInput) (*Respon
 	if err := s.store.CreateDelivery(ctx, d); err != nil {
 		return nil, err
 	}
-	// A start that fails leaves the delivery pending with no series; Retry
-	// delivery starts one.
+	// Nothing was sent if the series could not start: the delivery is taken
+	// back, so that the client's retry is the test event, not a second one
+	// beside a pending delivery that nothing starts.
 	if err := s.deliveries.StartFirst(ctx, []string{id}); err != nil {
+		if _, derr := s.store.DeleteUnattemptedDelivery(context.WithoutCancel(ctx), id); derr != nil {
+			s.logger.ErrorContext(ctx, "removing a test delivery whose series did not start", "delivery_id", id, "error", derr)
+		}
 		return nil, err
 	}
 	return respond(DeliveryData{Delivery: deliveryFromStore(d, store.AttemptLog{})}), nil

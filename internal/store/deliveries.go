@@ -263,6 +263,18 @@ func (s *Store) DeliveryOfWebhook(ctx context.Context, webhookID int64, id strin
 	return d, notFound(err, "delivery")
 }
 
+// DeleteUnattemptedDelivery removes a delivery of which no attempt was made
+// (a test event whose series could not start), and reports whether it did.
+func (s *Store) DeleteUnattemptedDelivery(ctx context.Context, id string) (bool, error) {
+	res, err := s.DB.NewDelete().Model((*Delivery)(nil)).Where("id = ?", id).
+		Where("NOT EXISTS (SELECT 1 FROM delivery_attempts WHERE delivery_id = ?)", id).Exec(ctx)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
 // ListDeliveries returns a page of a webhook's deliveries, newest first, and
 // whether more follow. Ids are UUIDv7, so their order is their creation order;
 // Page.After is a delivery id (a lower-case UUID string).
