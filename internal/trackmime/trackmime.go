@@ -21,8 +21,10 @@
 // depth of multipart/*, in an ASCII-compatible charset (so the rewrite sees
 // "<a href" and "{{unsubscribe_url}}" as the bytes they are). Not rewritten:
 // attachments, parts in other charsets (UTF-16, ISO-2022-JP, Shift_JIS...),
-// parts in an unknown transfer encoding, and anything inside message/*
-// (a forwarded message is not the sender's to track).
+// parts in an unknown transfer encoding, anything inside message/*
+// (a forwarded message is not the sender's to track), and anything inside
+// multipart/signed or multipart/encrypted (a rewrite would break the
+// signature, and encrypted text cannot be read).
 //
 // Anything this package cannot read with certainty (a missing boundary or
 // closing boundary, bad base64, a malformed header, too deep, too many
@@ -153,6 +155,11 @@ func (w *walker) entity(out *bytes.Buffer, raw []byte, depth int, defaultType st
 		}
 	}
 	switch {
+	case mediaType == "multipart/signed" || mediaType == "multipart/encrypted":
+		// S/MIME or OpenPGP (RFC 1847): the signature covers the parts'
+		// bytes, and a rewrite would show every reader "altered".
+		out.Write(raw)
+		return nil
 	case strings.HasPrefix(mediaType, "multipart/"):
 		childType := "text/plain"
 		if mediaType == "multipart/digest" {

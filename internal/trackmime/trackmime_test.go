@@ -213,14 +213,22 @@ func TestSevenBitTooLong(t *testing.T) {
 // bytes even when the rewrite would change them.
 func TestUntouched(t *testing.T) {
 	for name, m := range map[string]string{
-		"utf-16":          "Content-Type: text/html; charset=UTF-16LE\r\n\r\n<\x00a\x00>\x00{{unsubscribe_url}}",
-		"iso-2022-jp":     "Content-Type: text/plain; charset=iso-2022-jp\r\n\r\n{{unsubscribe_url}}",
-		"attachment":      "Content-Type: text/html\r\nContent-Disposition: ATTACHMENT; filename=x.html\r\n\r\n{{unsubscribe_url}}",
-		"unknown CTE":     "Content-Type: text/plain\r\nContent-Transfer-Encoding: x-uuencode\r\n\r\n{{unsubscribe_url}}",
-		"image":           "Content-Type: image/png\r\n\r\n{{unsubscribe_url}}",
-		"no body":         "Content-Type: text/plain\r\nSubject: {{unsubscribe_url}}",
-		"forwarded":       "Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: message/rfc822\r\n\r\nContent-Type: text/plain\r\n\r\n{{unsubscribe_url}}\r\n--b--\r\n",
-		"digest":          "Content-Type: multipart/digest; boundary=b\r\n\r\n--b\r\n\r\nSubject: x\r\n\r\n{{unsubscribe_url}}\r\n--b--\r\n",
+		"utf-16":      "Content-Type: text/html; charset=UTF-16LE\r\n\r\n<\x00a\x00>\x00{{unsubscribe_url}}",
+		"iso-2022-jp": "Content-Type: text/plain; charset=iso-2022-jp\r\n\r\n{{unsubscribe_url}}",
+		"attachment":  "Content-Type: text/html\r\nContent-Disposition: ATTACHMENT; filename=x.html\r\n\r\n{{unsubscribe_url}}",
+		"unknown CTE": "Content-Type: text/plain\r\nContent-Transfer-Encoding: x-uuencode\r\n\r\n{{unsubscribe_url}}",
+		"image":       "Content-Type: image/png\r\n\r\n{{unsubscribe_url}}",
+		"no body":     "Content-Type: text/plain\r\nSubject: {{unsubscribe_url}}",
+		"forwarded":   "Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: message/rfc822\r\n\r\nContent-Type: text/plain\r\n\r\n{{unsubscribe_url}}\r\n--b--\r\n",
+		"digest":      "Content-Type: multipart/digest; boundary=b\r\n\r\n--b\r\n\r\nSubject: x\r\n\r\n{{unsubscribe_url}}\r\n--b--\r\n",
+		// A rewrite would break the signature (S/MIME, OpenPGP), at any depth.
+		"signed": "Content-Type: multipart/signed; protocol=\"application/pkcs7-signature\"; micalg=sha-256; boundary=s\r\n\r\n" +
+			"--s\r\nContent-Type: text/html\r\n\r\n<a href=\"https://x.example/\">{{unsubscribe_url}}</a>\r\n" +
+			"--s\r\nContent-Type: application/pkcs7-signature\r\n\r\nMIIB\r\n--s--\r\n",
+		"signed inside mixed": "Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: multipart/signed; protocol=\"application/pgp-signature\"; boundary=s\r\n\r\n" +
+			"--s\r\nContent-Type: text/plain\r\n\r\n{{unsubscribe_url}}\r\n--s\r\nContent-Type: application/pgp-signature\r\n\r\nsig\r\n--s--\r\n--b--\r\n",
+		"encrypted": "Content-Type: multipart/encrypted; protocol=\"application/pgp-encrypted\"; boundary=e\r\n\r\n" +
+			"--e\r\nContent-Type: application/pgp-encrypted\r\n\r\nVersion: 1\r\n--e\r\nContent-Type: text/plain\r\n\r\n{{unsubscribe_url}}\r\n--e--\r\n",
 		"look-alike line": "Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\nContent-Type: image/gif\r\n\r\n--bb\r\n--b \r\n\r\n--b-- \r\n{{unsubscribe_url}}",
 	} {
 		out, err := Rewrite([]byte(m), track)
