@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -242,7 +243,7 @@ func (r *rewriter) tag(z *html.Tokenizer, raw []byte, name string, hasAttr, self
 	}
 	if changed {
 		r.out.Truncate(start)
-		writeTag(r.out, tok, selfClosing)
+		writeTag(r.out, tok, selfClosing, r.p.NotUTF8)
 	}
 }
 
@@ -310,15 +311,23 @@ func trackable(href string, asciiOnly bool) (string, bool) {
 
 // writeTag writes a start tag with all its attributes double-quoted and
 // escaped. Names are written as the tokenizer returns them (lower case), so
-// the tag tokenizes to tok again.
-func writeTag(w *bytes.Buffer, tok html.Token, selfClosing bool) {
+// the tag tokenizes to tok again. The tokenizer decodes character
+// references to UTF-8 (&eacute; to é); in HTML of another charset (notUTF8)
+// such characters are written back as references, as UTF-8 bytes would
+// read as others there, while bytes that are not UTF-8 (the charset's own)
+// stay as they were.
+func writeTag(w *bytes.Buffer, tok html.Token, selfClosing, notUTF8 bool) {
 	w.WriteByte('<')
 	w.WriteString(tok.Data)
 	for _, a := range tok.Attr {
 		w.WriteByte(' ')
 		w.WriteString(a.Key)
 		w.WriteString(`="`)
-		w.WriteString(html.EscapeString(a.Val))
+		val := html.EscapeString(a.Val)
+		if notUTF8 {
+			val = nonASCIIAsReferences(val)
+		}
+		w.WriteString(val)
 		w.WriteByte('"')
 	}
 	if selfClosing {
@@ -338,6 +347,22 @@ func isRawText(name string) bool {
 	return false
 }
 
+// nonASCIIAsReferences writes each non-ASCII character of s that is valid
+// UTF-8 as a numeric character reference, and keeps every other byte.
+func nonASCIIAsReferences(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r >= utf8.RuneSelf && !(r == utf8.RuneError && size == 1) {
+			b.WriteString("&#" + strconv.Itoa(int(r)) + ";")
+		} else {
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
+}
+
 // addPixel inserts the open pixel before the last </body>, or else at the
 // end. If the input ends inside something unfinished (a comment, a <script>,
 // a tag cut short), a pixel at the end would become part of it, so it goes at
@@ -346,7 +371,7 @@ func (r *rewriter) addPixel(out []byte) []byte {
 	var b bytes.Buffer
 	writeTag(&b, html.Token{Data: "img", Attr: []html.Attribute{
 		{Key: "src", Val: r.p.PixelURL}, {Key: "width", Val: "1"}, {Key: "height", Val: "1"}, {Key: "alt"},
-	}}, false)
+	}}, false, false)
 	pixel := b.Bytes()
 	at := r.body
 	if at < 0 {

@@ -226,6 +226,19 @@ func TestNotUTF8(t *testing.T) {
 	}
 }
 
+// In a part that is not UTF-8, the other attributes of a rewritten tag keep
+// their characters: a character reference the tokenizer decoded is written
+// back as a reference, not as UTF-8 bytes (which would read as "cafÃ©"
+// there), and the charset's own bytes (Latin-1's E9) stay as they were.
+func TestNotUTF8AttributesKeepTheirCharacters(t *testing.T) {
+	in := "<a href=\"https://x.example/\" title=\"caf&eacute; &#8217;\" alt=\"d\xe9j\xe0\">a</a>"
+	res, err := Rewrite([]byte(in), Params{ClickURL: clickURL, NotUTF8: true})
+	want := "<a href=\"https://t.example/c/0\" title=\"caf&#233; &#8217;\" alt=\"d\xe9j\xe0\">a</a>"
+	if err != nil || string(res.HTML) != want {
+		t.Errorf("got %q, %v; want %q", res.HTML, err, want)
+	}
+}
+
 func TestMaxLinks(t *testing.T) {
 	var b strings.Builder
 	for i := range MaxLinks + 5 {
