@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/mailyard/mailyard/internal/periodic"
@@ -119,11 +120,11 @@ func (s *Server) SweepUnstartedOnboarding(ctx context.Context) (int, error) {
 	started := 0
 	for i := range domains {
 		d := &domains[i]
-		missing, err := s.workflowMissing(ctx, onboarding.WorkflowID(d.ID))
+		open, err := s.workflowOpen(ctx, onboarding.WorkflowID(d.ID))
 		if err != nil {
 			return started, err
 		}
-		if !missing {
+		if open {
 			continue
 		}
 		if err := s.onboarding.Start(ctx, d); err != nil {
@@ -144,6 +145,21 @@ func (s *Server) workflowMissing(ctx context.Context, workflowID string) (bool, 
 		return true, nil
 	}
 	return false, err
+}
+
+// workflowOpen reports whether the workflow has a run that is still open. A
+// reopened domain's onboarding has a closed run (its window failed) and
+// needs a new one.
+func (s *Server) workflowOpen(ctx context.Context, workflowID string) (bool, error) {
+	desc, err := s.temporal.DescribeWorkflowExecution(ctx, workflowID, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
 }
 
 // sweepUnstarted runs both sweeps every unstartedSweepEvery until ctx ends.

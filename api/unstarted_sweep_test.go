@@ -10,9 +10,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/uptrace/bun"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/workflows/onboarding"
 )
 
 // An API process killed between storing an email and starting its workflow
@@ -277,14 +279,23 @@ func TestSweepStartsOnboardingThatNeverStarted(t *testing.T) {
 		}
 	}
 
+	// The reopened domain's last run has ended (its window failed).
+	if err := onboarding.Start(ctx, h.temporal, h.orgID, onboarding.Input{DomainID: reopened}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.temporal.TerminateWorkflow(ctx, onboarding.WorkflowID(reopened), "", "its window failed"); err != nil {
+		t.Fatal(err)
+	}
+
 	started, err := h.api.SweepUnstartedOnboarding(ctx)
 	if err != nil || started != 2 {
 		t.Fatalf("sweep started %d (%v), want 2", started, err)
 	}
 	for id, want := range map[int64]bool{orphan: true, young: false, ancient: false, reopened: true} {
-		_, err := h.temporal.DescribeWorkflowExecution(ctx, fmt.Sprintf("domain-onboarding:%d", id), "")
-		if (err == nil) != want {
-			t.Errorf("domain %d: onboarding run exists=%v, want %v", id, err == nil, want)
+		desc, err := h.temporal.DescribeWorkflowExecution(ctx, fmt.Sprintf("domain-onboarding:%d", id), "")
+		open := err == nil && desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
+		if open != want {
+			t.Errorf("domain %d: onboarding run open=%v, want %v", id, open, want)
 		}
 	}
 	if started, err := h.api.SweepUnstartedOnboarding(ctx); err != nil || started != 0 {
