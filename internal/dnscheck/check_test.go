@@ -35,6 +35,8 @@ var customerZone = []string{
 	"mail.upper.test. 300 IN TXT \"V=SPF1 +INCLUDE:spf.mailyard.test -all\"",
 	"mail.wrong.test. 300 IN TXT \"v=spf1 include:spf.other-provider.test ~all\"",
 	"mail.softfail.test. 300 IN TXT \"v=spf1 ~include:spf.mailyard.test -all\"",
+	"mail.twospf.test. 300 IN TXT \"v=spf1 include:spf.mailyard.test ~all\"",
+	"mail.twospf.test. 300 IN TXT \"v=spf1 include:_spf.google.com -all\"",
 	"mail.prefix.test. 300 IN TXT \"v=spf10 include:spf.mailyard.test\"",
 	"mail.txtonly.test. 300 IN TXT \"hello\"",
 	"mail.txtonly.test. 300 IN TXT \"include:spf.mailyard.test\"",
@@ -228,6 +230,9 @@ func TestCheck(t *testing.T) {
 		}},
 		{"spf mismatch", Expectation{KindSPF, "mail.wrong.test", spfHost}, StatusMismatch, []string{"v=spf1 include:spf.other-provider.test ~all"}},
 		{"spf softfail include is no pass", Expectation{KindSPF, "mail.softfail.test", spfHost}, StatusMismatch, []string{"v=spf1 ~include:spf.mailyard.test -all"}},
+		{"two spf records are a permanent error", Expectation{KindSPF, "mail.twospf.test", spfHost}, StatusMismatch, []string{
+			"v=spf1 include:_spf.google.com -all", "v=spf1 include:spf.mailyard.test ~all",
+		}},
 		{"spf10 is not an SPF record", Expectation{KindSPF, "mail.prefix.test", spfHost}, StatusPending, []string{"v=spf10 include:spf.mailyard.test"}},
 		{"non-SPF TXT only", Expectation{KindSPF, "mail.txtonly.test", spfHost}, StatusPending, []string{"hello", "include:spf.mailyard.test"}},
 		{"spf nxdomain", Expectation{KindSPF, "mail.absent.test", spfHost}, StatusPending, nil},

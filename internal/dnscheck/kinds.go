@@ -47,7 +47,9 @@ func (c *Checker) checkSPF(ctx context.Context, e Expectation) Result {
 	if spfRecords == 0 {
 		return Result{Status: StatusPending, Observed: observed}
 	}
-	return result(observed, found)
+	// Two SPF records are a permanent error (RFC 7208 §4.5): receivers
+	// then fail SPF whatever either says, so ours among them is no match.
+	return result(observed, found && spfRecords == 1)
 }
 
 func (c *Checker) checkMX(ctx context.Context, e Expectation) Result {
