@@ -427,3 +427,35 @@ func TestCredentialAfterDeletionWaitingForTheDomain(t *testing.T) {
 		t.Fatalf("%d keys of the deleted domain (%v)", n, err)
 	}
 }
+
+// A record whose look-up failed keeps its status, but a pending domain is
+// not verified on it: record 1, verified in an earlier round and since
+// removed behind a failing resolver, would otherwise count. The next round
+// that reads every record verifies the domain.
+func TestLookupFailureVerifiesNothing(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		org := newOrg(t, st, "acme")
+		d := &store.Domain{OrganizationID: org, Domain: "shop.example", MailFromSubdomain: "mail.shop.example", DKIMToken: "tok-shop", Status: store.DomainPending}
+		var records []store.DomainRecord
+		for p := 1; p <= 4; p++ {
+			status := store.RecordPending
+			if p == 1 {
+				status = store.RecordVerified
+			}
+			records = append(records, store.DomainRecord{Position: p, Purpose: "test", Type: "TXT", Name: fmt.Sprintf("r%d.shop.example", p), Value: "v", Status: status})
+		}
+		if err := st.CreateDomain(ctx, d, records); err != nil {
+			t.Fatal(err)
+		}
+		checks := roundOfChecks(t, st, d.ID)
+		checks[0].Status, checks[0].Error = "", "the resolver answered SERVFAIL"
+		if status, err := st.SaveChecks(ctx, d.ID, checks, time.Now().UTC()); err != nil || status != store.DomainPending {
+			t.Fatalf("after a round whose look-up of record 1 failed: %s, %v; want pending", status, err)
+		}
+		if status, err := st.SaveChecks(ctx, d.ID, roundOfChecks(t, st, d.ID), time.Now().UTC()); err != nil || status != store.DomainVerified {
+			t.Fatalf("after a round that read every record: %s, %v; want verified", status, err)
+		}
+	})
+}

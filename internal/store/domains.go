@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -221,7 +222,10 @@ type RecordCheck struct {
 }
 
 // SaveChecks stores a round of checks and, when every record is verified, moves a
-// pending domain to verified. It returns the domain's status afterwards.
+// pending domain to verified. A record whose look-up failed this round keeps its
+// status, but the domain is not verified on it: a CNAME removed since it was
+// verified, behind a failing resolver, would otherwise count. It returns the
+// domain's status afterwards.
 func (s *Store) SaveChecks(ctx context.Context, domainID int64, checks []RecordCheck, at time.Time) (string, error) {
 	var status string
 	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
@@ -257,7 +261,10 @@ func (s *Store) SaveChecks(ctx context.Context, domainID int64, checks []RecordC
 		if err != nil {
 			return err
 		}
-		if unverified == 0 {
+		lookupFailed := slices.ContainsFunc(checks, func(c RecordCheck) bool {
+			return c.Status == "" && c.Position != TrackingRecordPosition
+		})
+		if unverified == 0 && !lookupFailed {
 			// Guarded: only a pending domain becomes verified, once.
 			if _, err := tx.NewUpdate().Model((*Domain)(nil)).
 				Set("status = ?", DomainVerified).Set("verified_at = ?", at).
