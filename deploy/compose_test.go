@@ -125,6 +125,7 @@ func checkCompose(data []byte) []error {
 	sort.Strings(names)
 	servicesOf := map[string][]string{} // mailyard subcommand → services running it
 	temporalOf := map[string]string{}   // service → the Temporal namespace it uses
+	hostsOf := map[string]string{}      // service → the public names it gives customers
 	for _, name := range names {
 		s := f.Services[name]
 		where := "service " + name
@@ -161,6 +162,14 @@ func checkCompose(data []byte) []error {
 		}
 		process := s.Command[0]
 		servicesOf[process] = append(servicesOf[process], name)
+		if process != "migrate" && process != "temporal" {
+			hostsOf[name] = fmt.Sprintf("DKIM %s, SPF %s, bounce %s", cfg.DKIMHost, cfg.SPFHost, cfg.BounceHost)
+			for _, h := range []string{cfg.DKIMHost, cfg.SPFHost, cfg.BounceHost} {
+				if strings.HasSuffix(h, ".test") {
+					errs = append(errs, fmt.Errorf("%s: %s is a development default (.test); set MAILYARD_DKIM_HOST, MAILYARD_SPF_HOST and MAILYARD_BOUNCE_HOST for every process", where, h))
+				}
+			}
+		}
 		temporalOf[name] = cfg.TemporalNamespace + " at " + cfg.TemporalAddress
 		if process == "worker" {
 			// Compose sends SIGKILL 10 s after SIGTERM unless told otherwise.
@@ -213,6 +222,13 @@ func checkCompose(data []byte) []error {
 			if !slices.Contains(published, l) {
 				errs = append(errs, fmt.Errorf("%s: listens on %s but does not publish it", where, l))
 			}
+		}
+	}
+	// The API tells customers the records that the workers' mail and the
+	// bounce host rely on: every process names the same hosts.
+	for _, name := range names {
+		if h, ok := hostsOf[name]; ok && h != hostsOf["api"] {
+			errs = append(errs, fmt.Errorf("service %s: %s, but the api gives customers %s", name, h, hostsOf["api"]))
 		}
 	}
 	return append(errs, checkComposeSetup(f, servicesOf, temporalOf)...)
