@@ -147,6 +147,28 @@ func (s *Server) workflowMissing(ctx context.Context, workflowID string) (bool, 
 	return false, err
 }
 
+// SweepUnfinishedDeletions finishes the DELETEs of domains that Temporal
+// could not be told of (the client got 503, and the domain was already gone
+// for it): their rotation and onboarding are stopped and their deletion
+// workflow started, which unpublishes their keys and erases them. It
+// returns how many it finished.
+func (s *Server) SweepUnfinishedDeletions(ctx context.Context) (int, error) {
+	domains, err := s.store.DeletingDomainsBefore(ctx, time.Now().Add(-unstartedAge), unstartedBatch)
+	if err != nil {
+		return 0, err
+	}
+	for i, d := range domains {
+		if err := s.lifecycle.Delete(ctx, d.OrganizationID, d.ID); err != nil {
+			return i, err
+		}
+		if err := s.store.ConfirmDomainDeleted(ctx, d.ID); err != nil {
+			return i, err
+		}
+		s.logger.InfoContext(ctx, "finished the deletion of a domain whose DELETE could not reach Temporal", "domain_id", d.ID)
+	}
+	return len(domains), nil
+}
+
 // workflowOpen reports whether the workflow has a run that is still open. A
 // reopened domain's onboarding has a closed run (its window failed) and
 // needs a new one.
@@ -162,7 +184,7 @@ func (s *Server) workflowOpen(ctx context.Context, workflowID string) (bool, err
 	return desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
 }
 
-// sweepUnstarted runs both sweeps every unstartedSweepEvery until ctx ends.
+// sweepUnstarted runs the sweeps every unstartedSweepEvery until ctx ends.
 // Every API process sweeps; what they do is idempotent.
 func (s *Server) sweepUnstarted(ctx context.Context) {
 	periodic.Every(ctx, unstartedSweepEvery, unstartedSweepEvery, func(ctx context.Context) {
@@ -171,6 +193,9 @@ func (s *Server) sweepUnstarted(ctx context.Context) {
 		}
 		if _, err := s.SweepUnstartedOnboarding(ctx); err != nil && ctx.Err() == nil {
 			s.logger.WarnContext(ctx, "sweeping unstarted onboarding", "error", err)
+		}
+		if _, err := s.SweepUnfinishedDeletions(ctx); err != nil && ctx.Err() == nil {
+			s.logger.WarnContext(ctx, "sweeping unfinished domain deletions", "error", err)
 		}
 	})
 }

@@ -313,3 +313,36 @@ func (h *harness) pendingDomainWithID(id int64, name string) int64 {
 	}
 	return d.ID
 }
+
+// A DELETE that could not reach Temporal (503) leaves the domain gone for
+// its customer and "deleting"; a client that does not repeat the DELETE
+// would leave its keys published for ever. Once old enough, the sweep
+// finishes it: the deletion workflow runs and the domain is deleted.
+func TestSweepFinishesDeletionsTemporalMissed(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	base := time.Now().UnixNano() % 1_000_000_000 * 10
+	missed := h.pendingDomainWithID(base+1, "missed.example")
+	recent := h.pendingDomainWithID(base+2, "recent.example")
+	for id, age := range map[int64]time.Duration{missed: 5 * time.Minute, recent: 0} {
+		if _, err := h.store.DeleteDomainForCustomer(ctx, h.orgID, id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.store.DB.NewUpdate().Model((*store.Domain)(nil)).Set("deleted_at = ?", time.Now().Add(-age)).
+			Where("id = ?", id).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := h.api.SweepUnfinishedDeletions(ctx); err != nil || n != 1 {
+		t.Fatalf("the sweep finished %d deletions (%v), want 1", n, err)
+	}
+	for id, want := range map[int64]string{missed: store.DomainDeleted, recent: store.DomainDeleting} {
+		d, err := h.store.DomainByID(ctx, id)
+		if err != nil || d.Status != want {
+			t.Errorf("domain %d: %+v, %v; want %s", id, d, err, want)
+		}
+	}
+	if _, err := h.temporal.DescribeWorkflowExecution(ctx, fmt.Sprintf("domain-deletion:%d", missed), ""); err != nil {
+		t.Errorf("the deletion workflow of domain %d: %v", missed, err)
+	}
+}

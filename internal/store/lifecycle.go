@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/uptrace/bun"
 
@@ -92,6 +93,17 @@ func (s *Store) DeleteDomainForCustomer(ctx context.Context, orgID, id int64) (*
 		return err
 	})
 	return d, err
+}
+
+// DeletingDomainsBefore returns up to limit domains deleted for their
+// customer before the time given whose deletion workflow was never
+// confirmed started (Temporal was unreachable during the DELETE), oldest
+// first.
+func (s *Store) DeletingDomainsBefore(ctx context.Context, before time.Time, limit int) ([]Domain, error) {
+	domains := []Domain{}
+	err := s.DB.NewSelect().Model(&domains).Where("status = ?", DomainDeleting).Where("deleted_at < ?", before).
+		OrderExpr("deleted_at").Limit(int64(limit)).Scan(ctx)
+	return domains, err
 }
 
 // ConfirmDomainDeleted records that the domain's deletion workflow is running.
