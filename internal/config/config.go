@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mailyard/mailyard/internal/domainname"
 )
 
 // Config is the whole configuration. Secrets are kept as bytes or strings here and
@@ -549,6 +551,13 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 	}
 	errs = append(errs, c.SMTP.load(str("MAILYARD_SMTP_PORT", "25"))...)
 
+	// Customers' DNS records name these hosts: a name that is not one would
+	// be handed out, and fail only in their zones.
+	for name, host := range map[string]string{"MAILYARD_DKIM_HOST": c.DKIMHost, "MAILYARD_SPF_HOST": c.SPFHost, "MAILYARD_BOUNCE_HOST": c.BounceHost} {
+		if _, err := domainname.NormalizeHost(host); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", name, err))
+		}
+	}
 	c.InboundAddr = addr("MAILYARD_INBOUND_ADDR", ":25")
 	c.SMTPServer.TLSCertFile, c.SMTPServer.TLSKeyFile = str("MAILYARD_SMTP_TLS_CERT", ""), str("MAILYARD_SMTP_TLS_KEY", "")
 	if (c.SMTPServer.TLSCertFile == "") != (c.SMTPServer.TLSKeyFile == "") {

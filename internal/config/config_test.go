@@ -291,3 +291,19 @@ func TestInsecureAuthOnLoopbackOnly(t *testing.T) {
 		}
 	}
 }
+
+// The hosts customers' records name must be host names: a space or an
+// underscore would be handed out and fail only in their zones.
+func TestPublicHostsAreHostNames(t *testing.T) {
+	for _, name := range []string{"MAILYARD_DKIM_HOST", "MAILYARD_SPF_HOST", "MAILYARD_BOUNCE_HOST"} {
+		for _, bad := range []string{"a b.example", "bad_host.example", "-x.example", "192.0.2.1"} {
+			_, err := LoadFrom(env(map[string]string{name: bad}), Need{})
+			if err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%q: %v, want an error naming the variable", name, bad, err)
+			}
+		}
+		if _, err := LoadFrom(env(map[string]string{name: "Mail.Example.NET."}), Need{}); err != nil {
+			t.Errorf("%s of a good name: %v", name, err)
+		}
+	}
+}
