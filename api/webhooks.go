@@ -71,7 +71,7 @@ type RotateSecretInput struct {
 // RotatedSecretData is the data of Rotate signing secret.
 type RotatedSecretData struct {
 	SigningSecret           string    `json:"signing_secret" example:"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"`
-	PreviousSecretExpiresAt time.Time `json:"previous_secret_expires_at" doc:"When the replaced secret stops signing; X-Service-Signature switches to the new secret then."`
+	PreviousSecretExpiresAt time.Time `json:"previous_secret_expires_at" doc:"When the replaced secret stops signing. X-Service-Signature uses the oldest unexpired secret: after one rotation it switches to the new secret then."`
 }
 
 // CreateWebhookData is the data of Create webhook: the secret is shown beside
