@@ -412,8 +412,10 @@ func (t *Tracking) load(str func(name, def string) string, addr func(name, def s
 	t.URL = strings.TrimSuffix(str("MAILYARD_TRACKING_URL", ""), "/")
 	if t.URL != "" {
 		u, err := url.Parse(t.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-			errs = append(errs, fmt.Errorf("MAILYARD_TRACKING_URL: %q is not an http or https URL without query (e.g. https://t.example.com)", t.URL))
+		// No path: the routes are served at /t/ of the host, and the
+		// unsubscribe page's form posts to its own path.
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			errs = append(errs, fmt.Errorf("MAILYARD_TRACKING_URL: %q is not an http or https URL without path or query (e.g. https://t.example.com)", t.URL))
 		} else {
 			t.urlHost = strings.ToLower(u.Hostname())
 		}

@@ -274,8 +274,12 @@ func TestTrackingHosts(t *testing.T) {
 	if c, _ := LoadFrom(env(nil), Need{}); len(c.Tracking.Hosts()) != 0 {
 		t.Fatalf("hosts without tracking: %v", c.Tracking.Hosts())
 	}
-	if _, err := LoadFrom(env(map[string]string{"MAILYARD_TRACKING_URL": "ftp://t.example.com"}), Need{}); err == nil || !strings.Contains(err.Error(), "MAILYARD_TRACKING_URL") {
-		t.Fatalf("an ftp URL: %v", err)
+	// The routes are at /t/ of the host: a path would be handed out in
+	// links that the unsubscribe page's form does not follow.
+	for _, bad := range []string{"ftp://t.example.com", "https://t.example.com/track"} {
+		if _, err := LoadFrom(env(map[string]string{"MAILYARD_TRACKING_URL": bad}), Need{}); err == nil || !strings.Contains(err.Error(), "MAILYARD_TRACKING_URL") {
+			t.Fatalf("%s: %v", bad, err)
+		}
 	}
 }
 
