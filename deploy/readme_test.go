@@ -58,8 +58,14 @@ func TestReadmeCodeLayout(t *testing.T) {
 			name := e.Name()
 			switch {
 			case dir == "workflows" && name == "internal":
-				if !strings.Contains(layout, "`workflows/internal/jitter`") {
-					t.Error("the layout does not name workflows/internal/jitter")
+				subs, err := os.ReadDir("../workflows/internal")
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, sub := range subs {
+					if sub.IsDir() && !strings.Contains(layout, "`workflows/internal/"+sub.Name()+"`") {
+						t.Errorf("the layout does not name workflows/internal/%s", sub.Name())
+					}
 				}
 			case dir == "workflows":
 				if !slices.Contains(strings.Split(workflowsRow[1], ","), name) {
