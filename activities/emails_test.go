@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -86,13 +85,7 @@ func newSendingFixture(t *testing.T) *sendingFixture {
 	r := &relay{}
 	server := smtp.NewServer(r)
 	server.Domain = "relay.example"
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = server.Serve(l) }()
-	t.Cleanup(func() { _ = server.Close() })
-	sender, err := smtpsend.New(smtpsend.Config{Mode: smtpsend.ModeRelay, Relay: l.Addr().String(), HELO: "mailyard.test"})
+	sender, err := smtpsend.New(smtpsend.Config{Mode: smtpsend.ModeRelay, Relay: testenv.ServeSMTP(t, server), HELO: "mailyard.test"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"mime"
 	"mime/multipart"
-	"net"
 	"net/mail"
 	"net/textproto"
 	"path/filepath"
@@ -81,13 +80,7 @@ func startBounceHost(t *testing.T, refuse int) (*bounceHost, string) {
 	b := &bounceHost{refuse: refuse}
 	srv := smtp.NewServer(b)
 	srv.Domain = "bounces.mailyard.test"
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return b, l.Addr().String()
+	return b, testenv.ServeSMTP(t, srv)
 }
 
 // reportSink starts a sink with reports, routed through a real DNS zone to

@@ -51,13 +51,7 @@ func startMX(t *testing.T) *mxServer {
 	mx.Server = smtp.NewServer(mx)
 	mx.Domain = "mx.rcpt.example"
 	mx.ReadTimeout, mx.WriteTimeout = 30*time.Second, 30*time.Second
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mx.Addr = l.Addr().String()
-	go func() { _ = mx.Serve(l) }()
-	t.Cleanup(func() { _ = mx.Close() })
+	mx.Addr = testenv.ServeSMTP(t, mx.Server)
 	return mx
 }
 
