@@ -43,8 +43,11 @@ type Config struct {
 	MXPriority   int
 	DNSPublisher string
 	DNSAddr      string
-	RFC2136      RFC2136
-	DNSResolver  string
+	// DNSNameServerAddrs are the addresses of ns1.<DKIMHost>, the name
+	// server of the DKIM zone, which `mailyard dns` answers for.
+	DNSNameServerAddrs []net.IP
+	RFC2136            RFC2136
+	DNSResolver        string
 
 	WebhookAllowPrivateNetworks bool
 	WebhookAllowHTTP            bool
@@ -335,6 +338,7 @@ var variables = []variable{
 	{"MAILYARD_MX_PRIORITY", func(c *Config) string { return strconv.Itoa(c.MXPriority) }},
 	{"MAILYARD_DNS_PUBLISHER", func(c *Config) string { return c.DNSPublisher }},
 	{"MAILYARD_DNS_ADDR", func(c *Config) string { return c.DNSAddr }},
+	{"MAILYARD_DNS_NS_ADDRESSES", func(c *Config) string { return formatIPs(c.DNSNameServerAddrs) }},
 	{"MAILYARD_RFC2136_SERVER", func(c *Config) string { return c.RFC2136.Server }},
 	{"MAILYARD_RFC2136_TSIG", func(c *Config) string { return maskTSIG(c.RFC2136.TSIG) }},
 	{"MAILYARD_DNS_RESOLVER", func(c *Config) string { return c.DNSResolver }},
@@ -625,6 +629,18 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 		}
 	}
 
+	for _, a := range strings.Split(str("MAILYARD_DNS_NS_ADDRESSES", ""), ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		ip := net.ParseIP(a)
+		if ip == nil {
+			errs = append(errs, fmt.Errorf("MAILYARD_DNS_NS_ADDRESSES: %q is not an IP address", a))
+			continue
+		}
+		c.DNSNameServerAddrs = append(c.DNSNameServerAddrs, ip)
+	}
+
 	if c.DNSResolver != "" {
 		if _, _, err := net.SplitHostPort(c.DNSResolver); err != nil {
 			errs = append(errs, fmt.Errorf("MAILYARD_DNS_RESOLVER: %q is not a host:port address", c.DNSResolver))
@@ -715,4 +731,13 @@ func IsLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return host == "localhost" || ip != nil && ip.IsLoopback()
+}
+
+// formatIPs shows addresses as a comma-separated list.
+func formatIPs(ips []net.IP) string {
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.String()
+	}
+	return strings.Join(out, ",")
 }

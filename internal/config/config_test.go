@@ -311,3 +311,14 @@ func TestPublicHostsAreHostNames(t *testing.T) {
 		}
 	}
 }
+
+// The DKIM zone's name server addresses are IP addresses, v4 and v6.
+func TestDNSNameServerAddresses(t *testing.T) {
+	c, err := LoadFrom(env(map[string]string{"MAILYARD_DNS_NS_ADDRESSES": "192.0.2.53, 2001:db8::53"}), Need{})
+	if err != nil || len(c.DNSNameServerAddrs) != 2 || c.DNSNameServerAddrs[1].String() != "2001:db8::53" {
+		t.Fatalf("%v, %v", c.DNSNameServerAddrs, err)
+	}
+	if _, err := LoadFrom(env(map[string]string{"MAILYARD_DNS_NS_ADDRESSES": "ns1.example.net"}), Need{}); err == nil || !strings.Contains(err.Error(), "MAILYARD_DNS_NS_ADDRESSES") {
+		t.Fatalf("a host name: %v", err)
+	}
+}

@@ -72,6 +72,14 @@ func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
 	}
 	resp.Authoritative = true
 
+	if name == s.nameServer() && len(s.nsAddrs) > 0 {
+		// The name server's own name holds only its addresses.
+		resp.Answer = s.nameServerRecords(q.Qtype)
+		if len(resp.Answer) == 0 {
+			resp.Ns = append(resp.Ns, s.negativeSOA())
+		}
+		return resp
+	}
 	apex := name == s.zone
 	var txt []string
 	if !apex || q.Qtype == dns.TypeTXT || q.Qtype == dns.TypeANY {

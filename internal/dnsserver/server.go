@@ -36,6 +36,19 @@ type Server struct {
 	// the serial only needs to be a plausible, increasing number: the start
 	// time of the process.
 	serial uint32
+	// nsAddrs are the addresses of the name server ns1.<zone>
+	// (WithNameServerAddresses); none: it is answered NXDOMAIN.
+	nsAddrs []net.IP
+}
+
+// WithNameServerAddresses makes the server answer A and AAAA queries for
+// its name server, ns1.<zone>, with addrs: the addresses the parent zone's
+// glue gives for it. A resolver that asks the zone itself for its name
+// server's address then finds it, where it would otherwise get NXDOMAIN
+// and lose the delegation once the glue's TTL ran out.
+func (s *Server) WithNameServerAddresses(addrs []net.IP) *Server {
+	s.nsAddrs = addrs
+	return s
 }
 
 // New returns a server for zone (such as "dkim.mailyard.test") answering

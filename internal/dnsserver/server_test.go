@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -50,14 +51,15 @@ type testServer struct {
 
 // startServer runs a Server on 127.0.0.1, one free port for UDP and TCP,
 // until the test ends.
-func startServer(t *testing.T, src Source) *testServer {
+func startServer(t *testing.T, src Source, nameServerAddrs ...net.IP) *testServer {
 	t.Helper()
 	udp, tcp, err := listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	logs := &testenv.SyncBuffer{}
-	srv := New(strings.ToUpper(zone)+".", src, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	srv := New(strings.ToUpper(zone)+".", src, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))).
+		WithNameServerAddresses(nameServerAddrs)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, udp, tcp) }()
@@ -154,6 +156,28 @@ func TestApexRecords(t *testing.T) {
 			}
 		})
 	}
+}
+
+// With its addresses given, the zone answers A and AAAA for its name
+// server ns1.<zone>, as the parent's glue does; without, the name does not
+// exist, as before.
+func TestNameServerAddresses(t *testing.T) {
+	srv := startServer(t, &fakeSource{}, net.ParseIP("192.0.2.53"), net.ParseIP("2001:db8::53"))
+	ns := "ns1." + zone + "."
+	for qtype, want := range map[uint16]string{dns.TypeA: "192.0.2.53", dns.TypeAAAA: "2001:db8::53"} {
+		resp := exchange(t, "udp", srv.addr, question(strings.ToUpper(ns), qtype))
+		checkHeader(t, resp, dns.RcodeSuccess, true)
+		if len(resp.Answer) != 1 || resp.Answer[0].Header().Name != ns || !strings.HasSuffix(resp.Answer[0].String(), want) {
+			t.Errorf("%s of the name server: %v", dns.TypeToString[qtype], resp.Answer)
+		}
+	}
+	resp := exchange(t, "udp", srv.addr, question(ns, dns.TypeTXT))
+	checkHeader(t, resp, dns.RcodeSuccess, true)
+	checkNegative(t, resp)
+
+	bare := startServer(t, &fakeSource{})
+	resp = exchange(t, "udp", bare.addr, question(ns, dns.TypeA))
+	checkHeader(t, resp, dns.RcodeNameError, true)
 }
 
 func TestTXTRecords(t *testing.T) {

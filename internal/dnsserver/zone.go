@@ -21,7 +21,8 @@ const (
 )
 
 // nameServer is the host name in the NS record and SOA MNAME:
-// "ns1.<zone>". The parent zone holds its address as glue.
+// "ns1.<zone>". The parent zone holds its address as glue, and the zone
+// answers it too when it is given (WithNameServerAddresses).
 func (s *Server) nameServer() string {
 	return "ns1." + s.zone
 }
@@ -52,6 +53,23 @@ func (s *Server) ns() *dns.NS {
 		Hdr: dns.RR_Header{Name: s.zone, Rrtype: dns.TypeNS, Class: dns.ClassINET, Ttl: apexTTL},
 		Ns:  s.nameServer(),
 	}
+}
+
+// nameServerRecords are the A and AAAA records of the name server that
+// qtype asks for (ANY: both).
+func (s *Server) nameServerRecords(qtype uint16) []dns.RR {
+	var out []dns.RR
+	for _, ip := range s.nsAddrs {
+		hdr := dns.RR_Header{Name: s.nameServer(), Class: dns.ClassINET, Ttl: apexTTL}
+		if v4 := ip.To4(); v4 != nil && (qtype == dns.TypeA || qtype == dns.TypeANY) {
+			hdr.Rrtype = dns.TypeA
+			out = append(out, &dns.A{Hdr: hdr, A: v4})
+		} else if v4 == nil && (qtype == dns.TypeAAAA || qtype == dns.TypeANY) {
+			hdr.Rrtype = dns.TypeAAAA
+			out = append(out, &dns.AAAA{Hdr: hdr, AAAA: ip})
+		}
+	}
+	return out
 }
 
 func txtRecord(owner, value string) *dns.TXT {
