@@ -45,6 +45,10 @@ type Routes struct {
 	// custom tracking domain of the email's own domain.
 	Hosts  []string
 	Logger *slog.Logger
+	// Now is the clock of the open throttle (nil: time.Now).
+	Now func() time.Time
+
+	opens recentOpens
 }
 
 // Register adds the routes to mux.
@@ -68,6 +72,13 @@ func (rt *Routes) open(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	metrics.CountTrackingRequest("open", "ok")
+	now := time.Now
+	if rt.Now != nil {
+		now = rt.Now
+	}
+	if !rt.opens.first(tok, now()) {
+		return // this recipient's open was recorded moments ago
+	}
 	ua := cleanUserAgent(r.UserAgent()) // cut before queueing: the header may be 64 KiB
 	rt.Queue.Add(func(ctx context.Context) error { return rt.Recorder.Open(ctx, tok, ua) })
 }
@@ -306,4 +317,41 @@ func (q *Queue) run(ctx context.Context, job func(context.Context) error) {
 	if err := job(ctx); err != nil {
 		q.logger.Error("tracking: recording an event", "error", err)
 	}
+}
+
+// OpenWindow is how long after recording a recipient's open the same
+// process records none of theirs again. A mail client fetches the pixel
+// once per view, while anyone holding the image URL can fetch it in a loop:
+// each recorded open is a database write.
+const OpenWindow = time.Minute
+
+// maxRecentOpens bounds recentOpens; past it, entries older than the window
+// are dropped (and, if all are recent, every one).
+const maxRecentOpens = 100_000
+
+// recentOpens remembers when each recipient's open was last recorded.
+type recentOpens struct {
+	mu   sync.Mutex
+	seen map[tracktoken.Token]time.Time
+}
+
+// first reports whether an open of t at now is to be recorded, and notes it.
+func (o *recentOpens) first(t tracktoken.Token, now time.Time) bool {
+	t.Link = 0
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if at, ok := o.seen[t]; ok && now.Sub(at) < OpenWindow {
+		return false
+	}
+	if o.seen == nil || len(o.seen) >= maxRecentOpens {
+		old := o.seen
+		o.seen = make(map[tracktoken.Token]time.Time)
+		for k, at := range old {
+			if now.Sub(at) < OpenWindow && len(o.seen) < maxRecentOpens/2 {
+				o.seen[k] = at
+			}
+		}
+	}
+	o.seen[t] = now
+	return true
 }

@@ -17,6 +17,7 @@ import (
 	"net/http/httptest"
 	"net/mail"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,6 +156,8 @@ type routesFixture struct {
 	org   int64
 	srv   *httptest.Server
 	http  *http.Client
+	// later moves the routes' clock on.
+	later atomic.Int64
 }
 
 func newRoutes(t *testing.T, url string) *routesFixture {
@@ -184,13 +187,14 @@ func newRoutes(t *testing.T, url string) *routesFixture {
 	done := make(chan struct{})
 	go func() { queue.Run(2); close(done) }()
 	t.Cleanup(func() { queue.Close(); <-done })
+	f := &routesFixture{st: st, keys: k, email: e, org: org.ID}
 	mux := http.NewServeMux()
 	(&tracking.Routes{Keys: k, Store: st, Queue: queue, Hosts: []string{"127.0.0.1"}, Logger: logger,
-		Recorder: &tracking.Recorder{Store: st}}).Register(mux)
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return &routesFixture{st: st, keys: k, email: e, org: org.ID, srv: srv, http: client}
+		Recorder: &tracking.Recorder{Store: st}, Now: func() time.Time { return time.Now().Add(time.Duration(f.later.Load())) }}).Register(mux)
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(f.srv.Close)
+	f.http = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return f
 }
 
 func (f *routesFixture) token(t *testing.T, kind tracktoken.Kind, recipient, link int) string {
@@ -247,11 +251,18 @@ func TestRoutes(t *testing.T) {
 		f := newRoutes(t, url)
 		ctx := context.Background()
 
-		// The pixel, for any token; the open is recorded once per recipient.
-		for _, path := range []string{"/t/o/" + f.token(t, tracktoken.Open, 0, 0) + ".gif", "/t/o/garbage.gif", "/t/o/" + f.token(t, tracktoken.Open, 0, 0) + ".gif"} {
+		// The pixel, for any token; the opened event is recorded once per
+		// recipient, and the opens of one recipient at most once a minute:
+		// of three fetches in a row, one; a minute later, another.
+		pixel := "/t/o/" + f.token(t, tracktoken.Open, 0, 0) + ".gif"
+		for i, path := range []string{pixel, "/t/o/garbage.gif", pixel, pixel, "later", pixel} {
+			if path == "later" {
+				f.later.Store(int64(tracking.OpenWindow))
+				continue
+			}
 			res, body := f.do(t, "GET", path, "", "")
 			if res.StatusCode != 200 || len(body) != 43 || res.Header.Get("Content-Type") != "image/gif" || res.Header.Get("Cache-Control") != "no-store" {
-				t.Fatalf("%s: %d %q %v", path, res.StatusCode, res.Header.Get("Content-Type"), len(body))
+				t.Fatalf("%d %s: %d %q %v", i, path, res.StatusCode, res.Header.Get("Content-Type"), len(body))
 			}
 			if _, err := gif.Decode(strings.NewReader(body)); err != nil {
 				t.Fatalf("not a GIF: %v", err)
@@ -261,6 +272,10 @@ func TestRoutes(t *testing.T) {
 			rs, _ := f.st.EmailRecipients(ctx, f.email.ID)
 			return rs[0].Opens == 2
 		})
+		time.Sleep(200 * time.Millisecond) // a third would have been written by now
+		if rs, _ := f.st.EmailRecipients(ctx, f.email.ID); rs[0].Opens != 2 {
+			t.Fatalf("%d opens recorded, want 2", rs[0].Opens)
+		}
 		if ev := f.events(t); ev["opened ada@x.example"] != 1 || len(ev) != 1 {
 			t.Fatalf("events after two opens: %v", ev)
 		}
