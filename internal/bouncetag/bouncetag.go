@@ -120,9 +120,8 @@ func (t *Tagger) RecipientSender(emailSender string, position int) (sender strin
 // HandedOut reports whether address, which Parse read as rp, is a return
 // path the email was sent with, given the envelope sender it stores
 // (emailSender): that sender itself, or a recipient's path made from it.
-// That it parses is not enough: an untagged path, or the email-wide one of an
-// email whose recipients each got their own, was never handed out, and the
-// untagged form can be made up by anyone.
+// That it parses is not enough: the untagged form can be made up by anyone,
+// so it counts only for an email that was sent with it (from before tags).
 func (t *Tagger) HandedOut(emailSender, address string, rp ReturnPath) bool {
 	want := emailSender
 	if rp.Recipient != WholeEmail {

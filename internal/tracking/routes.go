@@ -326,7 +326,7 @@ func (q *Queue) run(ctx context.Context, job func(context.Context) error) {
 const OpenWindow = time.Minute
 
 // maxRecentOpens bounds recentOpens; past it, entries older than the window
-// are dropped (and, if all are recent, every one).
+// are dropped, and of the recent ones at most half are kept.
 const maxRecentOpens = 100_000
 
 // recentOpens remembers when each recipient's open was last recorded.
@@ -337,7 +337,6 @@ type recentOpens struct {
 
 // first reports whether an open of t at now is to be recorded, and notes it.
 func (o *recentOpens) first(t tracktoken.Token, now time.Time) bool {
-	t.Link = 0
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if at, ok := o.seen[t]; ok && now.Sub(at) < OpenWindow {
