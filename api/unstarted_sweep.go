@@ -105,7 +105,7 @@ func (s *Server) SweepUnstartedEmails(ctx context.Context) (started, removed int
 
 // SweepUnstartedOnboarding starts the onboarding of pending domains whose
 // verification window opened in the last unstartedDomainHorizon (and at
-// least unstartedAge ago) that have no onboarding run: their API process
+// least unstartedAge ago) that have no open onboarding run: their API process
 // died between storing the domain and starting the run, or a failed domain
 // was reopened by Verify domain and Temporal could not be reached. Unlike an
 // email, such a domain is never removed: the client's retry finds it (its
