@@ -105,7 +105,16 @@ type Input struct {
 	// waits on a durable timer until then, and the message is built and
 	// signed after it (so a key rotation meanwhile signs with the new key).
 	ScheduledAt *time.Time `json:"scheduled_at,omitempty"`
+	// Version is the version of the workflow the run takes, written by its
+	// starter (Start: CurrentVersion), in place of the one version marker
+	// runs record otherwise. 0 (runs started before it was written): the
+	// run reads its version from that marker.
+	Version int `json:"version,omitempty"`
 }
+
+// CurrentVersion is the version Start writes into a new run's Input: the
+// version of one-version-marker whose runs end when the email is settled.
+const CurrentVersion = closeWhenSettledVersion
 
 // Starting is one start of a stored email's workflow.
 type Starting struct {
@@ -140,7 +149,8 @@ func Start(ctx context.Context, tc client.Client, s Starting) error {
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		EnableEagerStart:         s.Eager,
 	}
-	_, err := tc.ExecuteWorkflow(ctx, opts, WorkflowName, Input{EmailID: s.EmailID, Schedule: schedule, Retention: s.Retention, ScheduledAt: s.ScheduledAt})
+	_, err := tc.ExecuteWorkflow(ctx, opts, WorkflowName,
+		Input{EmailID: s.EmailID, Schedule: schedule, Retention: s.Retention, ScheduledAt: s.ScheduledAt, Version: CurrentVersion})
 	return err
 }
 

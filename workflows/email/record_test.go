@@ -208,7 +208,7 @@ func TestRecordHistories(t *testing.T) {
 		owner := searchattr.Owner{OrganizationID: org.ID, DomainID: domain}
 		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: email.WorkflowID(id), TaskQueue: email.TaskQueue,
 			TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("email " + id)},
-			email.WorkflowName, email.Input{EmailID: id, Schedule: sc.schedule, Retention: time.Second, ScheduledAt: scheduledAt(sc.at)})
+			email.WorkflowName, email.Input{EmailID: id, Schedule: sc.schedule, Retention: time.Second, ScheduledAt: scheduledAt(sc.at), Version: email.CurrentVersion})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,10 +238,10 @@ func TestRecordHistories(t *testing.T) {
 				t.Fatalf("%s: the history shows %q", sc.name, secret)
 			}
 		}
-		// v5: the current code (one version marker, at version 2: the
-		// run ends when the email is settled); the v1 to v4 files are
-		// kept from before each change, for the replay tests.
-		path := filepath.Join("testdata", fmt.Sprintf("email-delivery-v5-%s.json", sc.name))
+		// v6: the current code (the version in the input, no marker;
+		// the run ends when the email is settled); the v1 to v5 files
+		// are kept from before each change, for the replay tests.
+		path := filepath.Join("testdata", fmt.Sprintf("email-delivery-v6-%s.json", sc.name))
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package email_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -8,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	historypb "go.temporal.io/api/history/v1"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/mailyard/mailyard/internal/testenv"
 	"github.com/mailyard/mailyard/workflows/email"
@@ -22,8 +26,9 @@ func TestReplayRecordedHistories(t *testing.T) {
 	// v1: emails queued before scheduled sending; v2: before the local
 	// first attempt (scheduled, rescheduled and canceled emails among
 	// them); v3: before one version marker; v4: before runs ended when
-	// settled (version 1 of the one marker); v5: the current code.
-	for _, v := range []string{"v1", "v2", "v3", "v4", "v5"} {
+	// settled (version 1 of the one marker); v5: before the version moved
+	// into the input; v6: the current code.
+	for _, v := range []string{"v1", "v2", "v3", "v4", "v5", "v6"} {
 		testenv.ReplayHistories(t, "testdata/email-delivery-"+v+"-*.json", 5, email.Workflow, email.WorkflowName)
 	}
 	// A reschedule still recording itself when the time came: before the
@@ -45,8 +50,9 @@ var (
 // the local activity's marker of that attempt (or of the prepare step
 // alone); v4 files one version marker for both changes; v5 files the same
 // marker (at version 2) and no erase step: the run ended when the email
-// was settled; the v5 file of a local step that failed its tries also has
-// the marker of local-step-fallback.
+// was settled; v6 files no marker at all (the version is in the input).
+// The file of a local step that failed its tries also has the marker of
+// local-step-fallback.
 func TestHistoriesHoldTheirVersion(t *testing.T) {
 	files, _ := filepath.Glob("testdata/email-delivery-v*.json")
 	type shape struct {
@@ -54,7 +60,7 @@ func TestHistoriesHoldTheirVersion(t *testing.T) {
 		local          bool
 		erases         bool
 	}
-	wants := map[string]shape{"v1": {0, false, true}, "v2": {1, false, true}, "v3": {2, true, true}, "v4": {1, true, true}, "v5": {1, true, false}}
+	wants := map[string]shape{"v1": {0, false, true}, "v2": {1, false, true}, "v3": {2, true, true}, "v4": {1, true, true}, "v5": {1, true, false}, "v6": {0, true, false}}
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
 		if err != nil {
@@ -129,5 +135,41 @@ func TestVersionedChangeReplays(t *testing.T) {
 	r.RegisterWorkflowWithOptions(versioned, workflow.RegisterOptions{Name: email.WorkflowName})
 	if err := r.ReplayWorkflowHistoryFromJSONFile(nil, "testdata/email-delivery-v1-deferred-then-delivered.json"); err != nil {
 		t.Fatalf("versioned change: %v", err)
+	}
+}
+
+// During a rolling deploy a new API writes the version into the input of a
+// run that a worker of before makes, and records the version marker; a new
+// worker then replays that run with the version from the input and no
+// GetVersion. The SDK does not hold the marker against it: the run goes on.
+// Here the v5 histories, with the version written into their input.
+func TestRunsWithBothTheVersionAndTheMarkerReplay(t *testing.T) {
+	files, _ := filepath.Glob("testdata/email-delivery-v5-*.json")
+	if len(files) < 5 {
+		t.Fatalf("%d v5 histories", len(files))
+	}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h historypb.History
+		if err := protojson.Unmarshal(raw, &h); err != nil {
+			t.Fatal(err)
+		}
+		payload := h.Events[0].GetWorkflowExecutionStartedEventAttributes().GetInput().GetPayloads()[0]
+		var in email.Input
+		if err := json.Unmarshal(payload.Data, &in); err != nil {
+			t.Fatal(err)
+		}
+		in.Version = email.CurrentVersion
+		if payload.Data, err = json.Marshal(in); err != nil {
+			t.Fatal(err)
+		}
+		r := sdkworker.NewWorkflowReplayer()
+		r.RegisterWorkflowWithOptions(email.Workflow, workflow.RegisterOptions{Name: email.WorkflowName})
+		if err := r.ReplayWorkflowHistory(nil, &h); err != nil {
+			t.Errorf("%s with the version in its input: %v", filepath.Base(f), err)
+		}
 	}
 }

@@ -68,7 +68,17 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	// sent email holds no workflow open, durable timer and erase step for
 	// MAILYARD_EMAIL_RETENTION: its history is 8 events instead of 19.
 	// Runs on version 1 keep their timer.
-	marker := workflow.GetVersion(ctx, oneVersionMarkerChange, workflow.DefaultVersion, closeWhenSettledVersion)
+	//
+	// Runs whose starter wrote the version into their input record no
+	// marker at all: 6 events instead of 8, and no visibility update for
+	// TemporalChangeVersion. Histories with the marker still replay (the
+	// SDK does not hold a version marker against code that asks for
+	// none), so a run started by a new API on a worker of before, which
+	// records it, replays on a new worker too.
+	marker := workflow.Version(in.Version)
+	if in.Version == 0 {
+		marker = workflow.GetVersion(ctx, oneVersionMarkerChange, workflow.DefaultVersion, closeWhenSettledVersion)
+	}
 	current := marker >= 1
 
 	// Scheduled sending came with version 1: emails queued before it have
