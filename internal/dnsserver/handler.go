@@ -2,6 +2,7 @@ package dnsserver
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 
@@ -85,10 +86,14 @@ func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
 	if !apex || q.Qtype == dns.TypeTXT || q.Qtype == dns.TypeANY {
 		lookupCtx, cancel := context.WithTimeout(ctx, lookupTimeout)
 		defer cancel()
-		values, err := s.src.LookupTXT(lookupCtx, strings.TrimSuffix(name, "."))
+		values, err := s.lookups.txt(lookupCtx, strings.TrimSuffix(name, "."))
 		if err != nil {
-			// The name, never the values: they are keys of customers.
-			s.logger.Error("DNS look-up failed", "name", strings.TrimSuffix(name, "."), "type", dns.TypeToString[q.Qtype], "error", err)
+			// The name, never the values: they are keys of customers. A
+			// look-up refused as one too many is not logged: in a flood
+			// that would be a line per query.
+			if !errors.Is(err, errBusy) {
+				s.logger.Error("DNS look-up failed", "name", strings.TrimSuffix(name, "."), "type", dns.TypeToString[q.Qtype], "error", err)
+			}
 			resp.Authoritative = false
 			resp.Rcode = dns.RcodeServerFailure
 			return resp

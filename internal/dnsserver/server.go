@@ -29,6 +29,8 @@ const lookupTimeout = 2 * time.Second
 type Server struct {
 	zone string // canonical: lower-case, fully qualified
 	src  Source
+	// lookups guards the zone's look-ups of src (lookups.go).
+	lookups *lookups
 	// dev, when set, answers for dev customer domains (WithDevDomains).
 	dev    DevSource
 	logger *slog.Logger
@@ -58,10 +60,11 @@ func New(zone string, src Source, logger *slog.Logger) *Server {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	return &Server{
-		zone:   dns.CanonicalName(strings.TrimSpace(zone)),
-		src:    src,
-		logger: logger,
-		serial: uint32(time.Now().Unix()),
+		zone:    dns.CanonicalName(strings.TrimSpace(zone)),
+		src:     src,
+		lookups: newLookups(src),
+		logger:  logger,
+		serial:  uint32(time.Now().Unix()),
 	}
 }
 

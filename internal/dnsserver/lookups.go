@@ -1,0 +1,80 @@
+package dnsserver
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// The zone's look-ups go to the database Mailyard shares, and anyone on
+// the internet can send queries: a flood of them must not become a flood
+// of SELECTs. Two guards:
+//   - a name's values are kept for cacheTTL, so the few names receivers
+//     really ask for (the selectors of active keys) are answered from
+//     memory however often they are asked;
+//   - at most maxLookups look-ups run at once; a query that finds them all
+//     busy for lookupSlotWait is answered SERVFAIL (resolvers ask again),
+//     which is what a flood of made-up names gets.
+const (
+	cacheTTL       = 2 * time.Second
+	maxCached      = 10_000
+	maxLookups     = 16
+	lookupSlotWait = 100 * time.Millisecond
+)
+
+// errBusy is the look-up refused because maxLookups are running.
+var errBusy = errors.New("too many DNS look-ups at once")
+
+// lookups is the guarded path from a query to the Source.
+type lookups struct {
+	src   Source
+	slots chan struct{}
+
+	mu     sync.Mutex
+	cached map[string]cachedValues
+}
+
+type cachedValues struct {
+	values []string
+	at     time.Time
+}
+
+func newLookups(src Source) *lookups {
+	return &lookups{src: src, slots: make(chan struct{}, maxLookups), cached: map[string]cachedValues{}}
+}
+
+// txt returns name's TXT values, from the cache when they were read less
+// than cacheTTL ago. Only names with values are cached: made-up names
+// would only fill it.
+func (l *lookups) txt(ctx context.Context, name string) ([]string, error) {
+	now := time.Now()
+	l.mu.Lock()
+	c, ok := l.cached[name]
+	l.mu.Unlock()
+	if ok && now.Sub(c.at) < cacheTTL {
+		return c.values, nil
+	}
+
+	wait := time.NewTimer(lookupSlotWait)
+	defer wait.Stop()
+	select {
+	case l.slots <- struct{}{}:
+	case <-wait.C:
+		return nil, errBusy
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	values, err := l.src.LookupTXT(ctx, name)
+	<-l.slots
+	if err != nil || len(values) == 0 {
+		return values, err
+	}
+	l.mu.Lock()
+	if len(l.cached) >= maxCached {
+		l.cached = map[string]cachedValues{}
+	}
+	l.cached[name] = cachedValues{values: values, at: now}
+	l.mu.Unlock()
+	return values, nil
+}

@@ -1,0 +1,63 @@
+package dnsserver
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// slowSource answers after a delay, counting the look-ups it runs and the
+// most it ran at once.
+type slowSource struct {
+	delay            time.Duration
+	calls, now, peak atomic.Int32
+	values           []string
+}
+
+func (s *slowSource) LookupTXT(context.Context, string) ([]string, error) {
+	s.calls.Add(1)
+	n := s.now.Add(1)
+	defer s.now.Add(-1)
+	for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
+	}
+	time.Sleep(s.delay)
+	return s.values, nil
+}
+
+// A name asked again within cacheTTL is answered from memory; a flood of
+// look-ups never runs more than maxLookups at once, and those that find no
+// slot in time are refused (SERVFAIL) rather than queued on the database.
+func TestLookupsAreCachedAndBounded(t *testing.T) {
+	src := &slowSource{delay: 300 * time.Millisecond, values: []string{"v=DKIM1; p=abc"}}
+	l := newLookups(src)
+	ctx := context.Background()
+	for range 3 {
+		if v, err := l.txt(ctx, "sel._domainkey.example"); err != nil || len(v) != 1 {
+			t.Fatalf("%v, %v", v, err)
+		}
+	}
+	if n := src.calls.Load(); n != 1 {
+		t.Fatalf("%d look-ups for one name asked three times, want 1", n)
+	}
+
+	src.values = nil // made-up names: nothing to cache
+	var busy atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 4 * maxLookups {
+		wg.Go(func() {
+			if _, err := l.txt(ctx, "made-up-"+string(rune('a'+i%26))+string(rune('a'+i/26))); errors.Is(err, errBusy) {
+				busy.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if p := src.peak.Load(); p > maxLookups {
+		t.Fatalf("%d look-ups ran at once, want at most %d", p, maxLookups)
+	}
+	if b := busy.Load(); b < 2*maxLookups {
+		t.Fatalf("%d of %d look-ups refused while the slots were busy, want at least %d", b, 4*maxLookups, 2*maxLookups)
+	}
+}
