@@ -83,11 +83,17 @@ func (r *budgetReader) Read(p []byte) (int, error) {
 	// A read never takes more than the whole budget (a budget smaller than
 	// a read buffer would otherwise wait for ever).
 	take := min(int64(n), r.b.size)
-	ctx, cancel := context.WithTimeout(context.Background(), r.b.wait)
-	defer cancel()
-	if r.b.budget.Acquire(ctx, take) != nil {
+	if !r.b.budget.TryAcquire(take) && !r.b.acquireWaiting(take) {
 		return 0, ErrBusy
 	}
 	r.held += take
 	return n, err
+}
+
+// acquireWaiting takes n from the budget, waiting up to b.wait: the slow
+// path of a read, when the budget is spent.
+func (b *budgetBackend) acquireWaiting(n int64) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), b.wait)
+	defer cancel()
+	return b.budget.Acquire(ctx, n) == nil
 }
