@@ -34,6 +34,25 @@ func (h *harness) serverThrough(interceptor grpc.UnaryClientInterceptor, startTi
 	return httpServer(h.t, api.New(api.Deps{Config: h.cfg, Store: h.store, Temporal: tc, Logger: h.logger, StartTimeout: startTimeout}).Handler())
 }
 
+// beforeStarts is a gRPC client interceptor that runs before ahead of each
+// StartWorkflowExecution: an error of it is the start's answer, nil lets the
+// start go on.
+func beforeStarts(before func(ctx context.Context) error) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if _, ok := req.(*workflowservice.StartWorkflowExecutionRequest); ok {
+			if err := before(ctx); err != nil {
+				return err
+			}
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+}
+
+// refuseStart answers a start with an error the SDK does not retry.
+func refuseStart(context.Context) error {
+	return status.Error(codes.FailedPrecondition, "the start failed")
+}
+
 // A start that fails on the API's side only (its answer lost, e.g. after
 // the 30 s timeout) while Temporal did create the run and the worker's first
 // step has already accepted the email: the email is on its way, so the
@@ -130,13 +149,7 @@ func TestSendWhoseEmailCannotBeRemovedIsAnswered(t *testing.T) {
 	ctx := context.Background()
 	domainID := h.domainInStatus(h.orgID, "stuck.example", store.DomainVerified)
 	_, sendKey := h.issueCredential(h.adminKey, domainID, "sender", "send")
-	refuse := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if _, ok := req.(*workflowservice.StartWorkflowExecutionRequest); ok {
-			return status.Error(codes.FailedPrecondition, "the start failed")
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
-	srv := h.serverThrough(refuse, 0)
+	srv := h.serverThrough(beforeStarts(refuseStart), 0)
 	for _, stmt := range []string{
 		`CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'deletes refused'; END $$`,
 		`CREATE TRIGGER refuse_delete BEFORE DELETE ON email_recipients FOR EACH ROW EXECUTE FUNCTION refuse_delete()`,
@@ -177,13 +190,7 @@ func TestSlowIdempotentRequestIsNotCanceled(t *testing.T) {
 	h := newHarness(t)
 	domainID := h.domainInStatus(h.orgID, "slow.example", store.DomainVerified)
 	_, sendKey := h.issueCredential(h.adminKey, domainID, "sender", "send")
-	slow := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if _, ok := req.(*workflowservice.StartWorkflowExecutionRequest); ok {
-			time.Sleep(6 * time.Second)
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
-	srv := h.serverThrough(slow, 0)
+	srv := h.serverThrough(beforeStarts(func(context.Context) error { time.Sleep(6 * time.Second); return nil }), 0)
 	body := map[string]any{"from": "news@slow.example", "to": []string{"a@example.org"}, "subject": "hi", "text": "hello"}
 	if res := h.doAt(srv.URL, "POST", "/api/v1/emails", sendKey, body, map[string]string{"Idempotency-Key": "slow-1"}); res.Status != 202 {
 		t.Fatalf("a send whose start took 6 s: %d %s, want 202", res.Status, res.Raw)
@@ -200,15 +207,9 @@ func TestBatchStartsShareOneStartsTime(t *testing.T) {
 	h := newHarness(t)
 	domainID := h.domainInStatus(h.orgID, "batch.example", store.DomainVerified)
 	_, sendKey := h.issueCredential(h.adminKey, domainID, "sender", "send")
-	hang := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if _, ok := req.(*workflowservice.StartWorkflowExecutionRequest); ok {
-			<-ctx.Done()
-			return ctx.Err()
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
+	hang := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
 	const startTimeout = 2 * time.Second
-	srv := h.serverThrough(hang, startTimeout)
+	srv := h.serverThrough(beforeStarts(hang), startTimeout)
 	batch := make([]map[string]any, 100)
 	for i := range batch {
 		batch[i] = map[string]any{"from": "news@batch.example", "to": fmt.Sprintf("r%d@example.org", i), "subject": "hi", "text": "hello"}

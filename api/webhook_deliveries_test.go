@@ -11,10 +11,6 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/workflowservice/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/mailyard/mailyard/api"
 	"github.com/mailyard/mailyard/internal/store"
@@ -309,13 +305,7 @@ func TestRetryRightAfterTheLogTurnsFinal(t *testing.T) {
 func TestTestEventWhoseSeriesCannotStartIsTakenBack(t *testing.T) {
 	h := newHarness(t)
 	id, _ := h.createWebhook(h.adminKey, "https://hooks.example.com/in", "delivered")
-	refuse := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if _, ok := req.(*workflowservice.StartWorkflowExecutionRequest); ok {
-			return status.Error(codes.FailedPrecondition, "the start failed")
-		}
-		return invoker(ctx, method, req, reply, cc, opts...)
-	}
-	srv := h.serverThrough(refuse, 0)
+	srv := h.serverThrough(beforeStarts(refuseStart), 0)
 	if res := h.doAt(srv.URL, "POST", fmt.Sprintf("/api/v1/webhooks/%d/test", id), h.adminKey, nil, nil); res.Status < 500 {
 		t.Fatalf("a test event whose series did not start: %d %s", res.Status, res.Raw)
 	}
