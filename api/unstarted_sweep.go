@@ -71,11 +71,11 @@ func (s *Server) SweepUnstartedEmails(ctx context.Context) (started, removed int
 	}()
 	for i := range emails {
 		e := &emails[i]
-		missing, err := s.workflowMissing(ctx, email.WorkflowID(e.ID))
+		exists, _, err := s.runOf(ctx, email.WorkflowID(e.ID))
 		if err != nil {
 			return started, removed, err // Temporal unreachable: try again next pass
 		}
-		if !missing {
+		if exists {
 			seen = append(seen, e.ID)
 			continue // started; waiting for a worker or its time
 		}
@@ -120,7 +120,7 @@ func (s *Server) SweepUnstartedOnboarding(ctx context.Context) (int, error) {
 	started := 0
 	for i := range domains {
 		d := &domains[i]
-		open, err := s.workflowOpen(ctx, onboarding.WorkflowID(d.ID))
+		_, open, err := s.runOf(ctx, onboarding.WorkflowID(d.ID))
 		if err != nil {
 			return started, err
 		}
@@ -134,17 +134,6 @@ func (s *Server) SweepUnstartedOnboarding(ctx context.Context) (int, error) {
 		started++
 	}
 	return started, nil
-}
-
-// workflowMissing tells whether Temporal knows no run of the workflow id,
-// open or closed.
-func (s *Server) workflowMissing(ctx context.Context, workflowID string) (bool, error) {
-	_, err := s.temporal.DescribeWorkflowExecution(ctx, workflowID, "")
-	var notFound *serviceerror.NotFound
-	if errors.As(err, &notFound) {
-		return true, nil
-	}
-	return false, err
 }
 
 // SweepUnfinishedDeletions finishes the DELETEs of domains that Temporal
@@ -169,19 +158,20 @@ func (s *Server) SweepUnfinishedDeletions(ctx context.Context) (int, error) {
 	return len(domains), nil
 }
 
-// workflowOpen reports whether the workflow has a run that is still open. A
-// reopened domain's onboarding has a closed run (its window failed) and
-// needs a new one.
-func (s *Server) workflowOpen(ctx context.Context, workflowID string) (bool, error) {
+// runOf tells whether Temporal knows a run of the workflow id, and whether
+// its latest run is still open. An email whose workflow ran is done with,
+// open or closed; a reopened domain's onboarding has a closed run (its
+// window failed) and needs a new one.
+func (s *Server) runOf(ctx context.Context, workflowID string) (exists, open bool, err error) {
 	desc, err := s.temporal.DescribeWorkflowExecution(ctx, workflowID, "")
 	var notFound *serviceerror.NotFound
 	if errors.As(err, &notFound) {
-		return false, nil
+		return false, false, nil
 	}
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
-	return desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
+	return true, desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
 }
 
 // sweepUnstarted runs the sweeps every unstartedSweepEvery until ctx ends.
