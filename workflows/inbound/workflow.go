@@ -23,11 +23,13 @@ var infrastructureRetry = &temporal.RetryPolicy{
 // two workflow tasks instead of four, and its effects reach webhooks without
 // a round trip through the task queue. Parsing is bounded (a 10 MiB message
 // at most), so a try ends well within the time-out. When every try fails,
-// handling goes on as a regular activity (handleFallbackOptions) until the
-// database answers (localfirst).
+// handling goes on as a regular activity (stepOptions) until the database
+// answers (localfirst).
 var handleOptions = localfirst.Options(time.Minute)
 
-var handleFallbackOptions = workflow.ActivityOptions{
+// stepOptions bound a regular activity of the workflow: handling that
+// failed its local tries, and erasing the message in runs of before.
+var stepOptions = workflow.ActivityOptions{
 	StartToCloseTimeout: time.Minute,
 	RetryPolicy:         infrastructureRetry,
 }
@@ -38,11 +40,6 @@ var handleFallbackOptions = workflow.ActivityOptions{
 // locally for a week, then failed.
 const localStepFallbackChange = "local-step-fallback"
 
-var eraseOptions = workflow.ActivityOptions{
-	StartToCloseTimeout: time.Minute,
-	RetryPolicy:         infrastructureRetry,
-}
-
 // Workflow handles one inbound message.
 //
 // Change it only behind workflow.GetVersion: runs from before
@@ -50,7 +47,7 @@ var eraseOptions = workflow.ActivityOptions{
 // tests hold histories of each version.
 func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	var handled HandleResult
-	hctx := workflow.WithActivityOptions(ctx, handleFallbackOptions)
+	hctx := workflow.WithActivityOptions(ctx, stepOptions)
 	if err := localfirst.Execute(hctx, handleOptions, localStepFallbackChange, HandleActivity, HandleInput{InboundID: in.InboundID}, &handled); err != nil {
 		return Result{}, err
 	}
@@ -74,7 +71,7 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 			return Result{}, err
 		}
 	}
-	ectx := workflow.WithActivityOptions(ctx, eraseOptions)
+	ectx := workflow.WithActivityOptions(ctx, stepOptions)
 	if err := workflow.ExecuteActivity(ectx, EraseActivity, EraseInput{InboundID: in.InboundID}).Get(ctx, nil); err != nil {
 		return Result{}, err
 	}
