@@ -389,7 +389,7 @@ func recordInboundHistories(t *testing.T, s *stack) {
 			continue
 		}
 		seen[name] = true
-		recordHistory(t, "../../workflows/inbound/testdata/inbound-message-v2-"+name+".json", s.historyJSON(r.Execution.WorkflowId, r.Execution.RunId))
+		recordHistory(t, "../../workflows/inbound/testdata/inbound-message-v3-"+name+".json", s.historyJSON(r.Execution.WorkflowId, r.Execution.RunId))
 	}
 }
 

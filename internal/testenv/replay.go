@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
@@ -29,6 +30,44 @@ func ReplayHistories(t *testing.T, pattern string, min int, wf any, name string)
 			r.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{Name: name})
 			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
 				t.Fatalf("replay: %v", err)
+			}
+		})
+	}
+}
+
+// ReplayHistoriesWithInput is ReplayHistories with each history's input
+// first changed by edit: a run started by a new starter (which writes
+// something new into the input) and made by a worker of before, replayed by
+// the current code. In is the workflow's input type.
+func ReplayHistoriesWithInput[In any](t *testing.T, pattern string, min int, wf any, name string, edit func(*In)) {
+	t.Helper()
+	files, err := filepath.Glob(pattern)
+	if err != nil || len(files) < min {
+		t.Fatalf("recorded histories %s: %v %v (want at least %d)", pattern, files, err, min)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var h historypb.History
+			if err := protojson.Unmarshal(raw, &h); err != nil {
+				t.Fatal(err)
+			}
+			payload := h.Events[0].GetWorkflowExecutionStartedEventAttributes().GetInput().GetPayloads()[0]
+			var in In
+			if err := json.Unmarshal(payload.Data, &in); err != nil {
+				t.Fatal(err)
+			}
+			edit(&in)
+			if payload.Data, err = json.Marshal(in); err != nil {
+				t.Fatal(err)
+			}
+			r := worker.NewWorkflowReplayer()
+			r.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{Name: name})
+			if err := r.ReplayWorkflowHistory(nil, &h); err != nil {
+				t.Fatalf("replay with the edited input: %v", err)
 			}
 		})
 	}

@@ -52,7 +52,16 @@ type Input struct {
 	DeliveryID string `json:"delivery_id"`
 	// Schedule overrides DefaultSchedule (tests and benchmarks shorten it).
 	Schedule []time.Duration `json:"schedule,omitempty"`
+	// Version is the version of the workflow the run takes, written by
+	// Start (CurrentVersion), in place of the local-attempt version
+	// marker runs record otherwise. 0 (runs started before it was
+	// written): the run reads its version from that marker.
+	Version int `json:"version,omitempty"`
 }
+
+// CurrentVersion is the version Start writes into a new run's Input: the
+// version of local-attempt whose attempts are local activities.
+const CurrentVersion = 1
 
 // AttemptInput asks the activity for one attempt.
 type AttemptInput struct {
@@ -133,8 +142,9 @@ type Starting struct {
 	Memo map[string]any
 }
 
-// Start starts a delivery's workflow as s says.
+// Start starts a delivery's workflow as s says, at CurrentVersion.
 func Start(ctx context.Context, c client.Client, s Starting, in Input) error {
+	in.Version = CurrentVersion
 	owner := searchattr.Owner{OrganizationID: s.OrganizationID, WebhookID: s.WebhookID}
 	opts := client.StartWorkflowOptions{ID: WorkflowID(s.DeliveryID), TaskQueue: TaskQueue,
 		TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("delivery " + s.DeliveryID),

@@ -56,9 +56,10 @@ func (r *scriptedReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 // recordedVersion names the histories TestRecordHistories writes: v1 are
 // runs of regular-activity attempts, v2 of local-activity attempts (the
-// "local-attempt" change). Older files stay: running deliveries of every
+// "local-attempt" change), v3 the same with the version in the input
+// instead of its marker. Older files stay: running deliveries of every
 // version must replay.
-const recordedVersion = "v2"
+const recordedVersion = "v3"
 
 // TestRecordHistories runs each scenario on the dev server with the real
 // activity, PostgreSQL and an HTTPS receiver, and writes its history into
@@ -148,11 +149,11 @@ func TestRecordHistories(t *testing.T) {
 		if sc.failLocal {
 			failLocal.Store(id.String(), true)
 		}
-		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: delivery.WorkflowID(id.String()), TaskQueue: delivery.TaskQueue},
-			delivery.WorkflowName, delivery.Input{DeliveryID: id.String(), Schedule: sc.schedule})
-		if err != nil {
+		starting := delivery.Starting{DeliveryID: id.String(), OrganizationID: org.ID, WebhookID: wh.ID}
+		if err := delivery.Start(ctx, tc, starting, delivery.Input{DeliveryID: id.String(), Schedule: sc.schedule}); err != nil {
 			t.Fatal(err)
 		}
+		run := tc.GetWorkflow(ctx, delivery.WorkflowID(id.String()), "")
 		if sc.during != nil {
 			sc.during(wh.ID)
 		}

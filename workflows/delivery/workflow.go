@@ -68,9 +68,15 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	ctx = workflow.WithActivityOptions(ctx, attemptOptions)
 	logger := workflow.GetLogger(ctx)
 	// One decision for the whole series: a run that began with regular
-	// activities keeps them (its history has no marker here), a new run
-	// records version 1 and makes every attempt a local activity.
-	local := workflow.GetVersion(ctx, localAttemptChange, workflow.DefaultVersion, 1) == 1
+	// activities keeps them (its history has no marker here), a run of
+	// local-attempt makes every attempt a local activity. Runs whose
+	// starter wrote the version into their input record no marker: a
+	// delivery's history is two events shorter and the run's visibility
+	// record is not updated for TemporalChangeVersion. Histories with the
+	// marker still replay (the SDK does not hold a version marker against
+	// code that asks for none), so a run started by a new API on a worker
+	// of before, which records it, replays on a new worker too.
+	local := in.Version >= 1 || workflow.GetVersion(ctx, localAttemptChange, workflow.DefaultVersion, 1) == 1
 	execute := func(ctx workflow.Context, input AttemptInput, result *AttemptResult) error {
 		if local {
 			return localfirst.Execute(ctx, localAttemptOptions, localStepFallbackChange, AttemptActivity, input, result)

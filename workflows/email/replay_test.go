@@ -1,7 +1,6 @@
 package email_test
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -9,11 +8,8 @@ import (
 	"testing"
 	"time"
 
-	historypb "go.temporal.io/api/history/v1"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
-
-	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/mailyard/mailyard/internal/testenv"
 	"github.com/mailyard/mailyard/workflows/email"
@@ -144,32 +140,6 @@ func TestVersionedChangeReplays(t *testing.T) {
 // GetVersion. The SDK does not hold the marker against it: the run goes on.
 // Here the v5 histories, with the version written into their input.
 func TestRunsWithBothTheVersionAndTheMarkerReplay(t *testing.T) {
-	files, _ := filepath.Glob("testdata/email-delivery-v5-*.json")
-	if len(files) < 5 {
-		t.Fatalf("%d v5 histories", len(files))
-	}
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var h historypb.History
-		if err := protojson.Unmarshal(raw, &h); err != nil {
-			t.Fatal(err)
-		}
-		payload := h.Events[0].GetWorkflowExecutionStartedEventAttributes().GetInput().GetPayloads()[0]
-		var in email.Input
-		if err := json.Unmarshal(payload.Data, &in); err != nil {
-			t.Fatal(err)
-		}
-		in.Version = email.CurrentVersion
-		if payload.Data, err = json.Marshal(in); err != nil {
-			t.Fatal(err)
-		}
-		r := sdkworker.NewWorkflowReplayer()
-		r.RegisterWorkflowWithOptions(email.Workflow, workflow.RegisterOptions{Name: email.WorkflowName})
-		if err := r.ReplayWorkflowHistory(nil, &h); err != nil {
-			t.Errorf("%s with the version in its input: %v", filepath.Base(f), err)
-		}
-	}
+	testenv.ReplayHistoriesWithInput(t, "testdata/email-delivery-v5-*.json", 5, email.Workflow, email.WorkflowName,
+		func(in *email.Input) { in.Version = email.CurrentVersion })
 }

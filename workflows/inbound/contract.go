@@ -43,7 +43,16 @@ func WorkflowID(inboundID string) string { return WorkflowIDPrefix + inboundID }
 type Input struct {
 	InboundID string        `json:"inbound_id"`
 	Retention time.Duration `json:"retention"`
+	// Version is the version of the workflow the run takes, written by
+	// Start (CurrentVersion), in place of the close-when-handled version
+	// marker runs record otherwise. 0 (runs started before it was
+	// written): the run reads its version from that marker.
+	Version int `json:"version,omitempty"`
 }
+
+// CurrentVersion is the version Start writes into a new run's Input: the
+// version of close-when-handled whose runs end once the message is handled.
+const CurrentVersion = 1
 
 // HandleInput asks to classify the message and apply its effects.
 type HandleInput struct {
@@ -83,6 +92,6 @@ func Start(ctx context.Context, tc client.Client, inboundID string, owner search
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 	}
-	_, err := tc.ExecuteWorkflow(ctx, opts, WorkflowName, Input{InboundID: inboundID, Retention: retention})
+	_, err := tc.ExecuteWorkflow(ctx, opts, WorkflowName, Input{InboundID: inboundID, Retention: retention, Version: CurrentVersion})
 	return err
 }

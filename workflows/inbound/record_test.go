@@ -11,6 +11,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/mailyard/mailyard/internal/searchattr"
 	"github.com/mailyard/mailyard/internal/testenv"
 	"github.com/mailyard/mailyard/workflows/inbound"
 )
@@ -44,14 +45,13 @@ func TestRecordLocalStepFailedHistory(t *testing.T) {
 	}
 	defer w.Stop()
 	const id = "0193a5c4-2f00-7000-8000-0000000000a1"
-	run, err := tc.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: inbound.WorkflowID(id), TaskQueue: inbound.TaskQueue},
-		inbound.WorkflowName, inbound.Input{InboundID: id})
-	if err != nil {
+	if err := inbound.Start(context.Background(), tc, id, searchattr.Owner{}, 0); err != nil {
 		t.Fatal(err)
 	}
+	run := tc.GetWorkflow(context.Background(), inbound.WorkflowID(id), "")
 	var res inbound.Result
 	if err := run.Get(context.Background(), &res); err != nil || res.Effects != 1 {
 		t.Fatalf("result %+v, %v", res, err)
 	}
-	testenv.WriteHistory(t, tc, run, "testdata/inbound-message-v2-local-step-failed.json")
+	testenv.WriteHistory(t, tc, run, "testdata/inbound-message-v3-local-step-failed.json")
 }

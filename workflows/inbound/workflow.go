@@ -62,8 +62,13 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	// Runs started since close-when-handled end here: the retention sweep
 	// erases the message (internal/retention), so a handled message holds
 	// no workflow open, durable timer and erase step for the retention
-	// time. Runs from before keep their timer.
-	if workflow.GetVersion(ctx, closeWhenHandledChange, workflow.DefaultVersion, 1) == 1 {
+	// time. Runs from before keep their timer. Runs whose starter wrote the
+	// version into their input record no marker: two history events fewer
+	// and no visibility update for TemporalChangeVersion. Histories with
+	// the marker still replay (the SDK does not hold a version marker
+	// against code that asks for none), so a run started by a new listener
+	// on a worker of before, which records it, replays on a new worker too.
+	if in.Version >= 1 || workflow.GetVersion(ctx, closeWhenHandledChange, workflow.DefaultVersion, 1) == 1 {
 		return Result{Kind: handled.Kind, Effects: handled.Effects}, nil
 	}
 	if in.Retention > 0 {
