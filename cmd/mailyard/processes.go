@@ -158,7 +158,8 @@ func serveDNS(ctx context.Context, cfg *config.Config, st *store.Store, logger *
 
 func newDNSServer(cfg *config.Config, st *store.Store, logger *slog.Logger) *dnsserver.Server {
 	logger.Info("serving DNS", "zone", cfg.DKIMHost, "addr", cfg.DNSAddr)
-	return dnsserver.New(cfg.DKIMHost, st, logger.With("component", "dns")).WithNameServerAddresses(cfg.DNSNameServerAddrs)
+	return dnsserver.New(cfg.DKIMHost, st, logger.With("component", "dns")).
+		WithNameServerAddresses(cfg.DNSNameServerAddrs).WithResponseRateLimit(cfg.DNSRateLimit)
 }
 
 // devRecords gives `mailyard dev`'s DNS server the records of .test domains.

@@ -46,8 +46,11 @@ type Config struct {
 	// DNSNameServerAddrs are the addresses of ns1.<DKIMHost>, the name
 	// server of the DKIM zone, which `mailyard dns` answers for.
 	DNSNameServerAddrs []net.IP
-	RFC2136            RFC2136
-	DNSResolver        string
+	// DNSRateLimit is the most UDP answers per second `mailyard dns`
+	// sends one client network (/24, /56); 0: no limit.
+	DNSRateLimit int
+	RFC2136      RFC2136
+	DNSResolver  string
 
 	WebhookAllowPrivateNetworks bool
 	WebhookAllowHTTP            bool
@@ -339,6 +342,7 @@ var variables = []variable{
 	{"MAILYARD_DNS_PUBLISHER", func(c *Config) string { return c.DNSPublisher }},
 	{"MAILYARD_DNS_ADDR", func(c *Config) string { return c.DNSAddr }},
 	{"MAILYARD_DNS_NS_ADDRESSES", func(c *Config) string { return formatIPs(c.DNSNameServerAddrs) }},
+	{"MAILYARD_DNS_RATE_LIMIT", func(c *Config) string { return strconv.Itoa(c.DNSRateLimit) }},
 	{"MAILYARD_RFC2136_SERVER", func(c *Config) string { return c.RFC2136.Server }},
 	{"MAILYARD_RFC2136_TSIG", func(c *Config) string { return maskTSIG(c.RFC2136.TSIG) }},
 	{"MAILYARD_DNS_RESOLVER", func(c *Config) string { return c.DNSResolver }},
@@ -610,6 +614,13 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 		errs = append(errs, fmt.Errorf("MAILYARD_RATE_LIMIT: %v", err))
 	} else {
 		c.RateLimit = limit
+	}
+
+	dnsLimit := str("MAILYARD_DNS_RATE_LIMIT", "50")
+	if n, err := strconv.Atoi(dnsLimit); err != nil || n < 0 || n > 1000000 {
+		errs = append(errs, fmt.Errorf("MAILYARD_DNS_RATE_LIMIT: %q is not a number of answers per second from 0 (no limit) to 1000000", dnsLimit))
+	} else {
+		c.DNSRateLimit = n
 	}
 
 	prio := str("MAILYARD_MX_PRIORITY", "10")

@@ -322,3 +322,19 @@ func TestDNSNameServerAddresses(t *testing.T) {
 		t.Fatalf("a host name: %v", err)
 	}
 }
+
+// The DNS server's rate limit is answers per second, 50 unless set, 0 for
+// none; anything else is refused.
+func TestDNSRateLimit(t *testing.T) {
+	for value, want := range map[string]int{"": 50, "0": 0, " 200 ": 200} {
+		c, err := LoadFrom(env(map[string]string{"MAILYARD_DNS_RATE_LIMIT": value}), Need{})
+		if err != nil || c.DNSRateLimit != want {
+			t.Errorf("%q: %d, %v; want %d", value, c.DNSRateLimit, err, want)
+		}
+	}
+	for _, value := range []string{"-1", "fast", "1e3"} {
+		if _, err := LoadFrom(env(map[string]string{"MAILYARD_DNS_RATE_LIMIT": value}), Need{}); err == nil || !strings.Contains(err.Error(), "MAILYARD_DNS_RATE_LIMIT") {
+			t.Errorf("%q: %v", value, err)
+		}
+	}
+}

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/mailyard/mailyard/internal/metrics"
 )
 
 // ednsUDPSize is the UDP payload size we advertise and honour at most: the
@@ -20,12 +23,36 @@ type handler struct {
 }
 
 func (h *handler) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+	// A limited client is not even looked up for (ratelimit.go).
+	switch h.server.limit(w.RemoteAddr()) {
+	case answerDropped:
+		metrics.CountDNSLimited("dropped")
+		return
+	case answerTruncated:
+		metrics.CountDNSLimited("truncated")
+		resp := new(dns.Msg).SetReply(req)
+		resp.Truncated = true
+		if err := w.WriteMsg(resp); err != nil {
+			h.server.logger.Debug("DNS answer not sent", "remote", w.RemoteAddr().String(), "error", err)
+		}
+		return
+	}
 	resp := h.server.answer(h.ctx, req)
 	countQuery(req, resp)
 	limitSize(resp, req, w)
 	if err := w.WriteMsg(resp); err != nil {
 		h.server.logger.Debug("DNS answer not sent", "remote", w.RemoteAddr().String(), "error", err)
 	}
+}
+
+// limit says what becomes of an answer to remote: UDP answers are rate
+// limited when the server has a limiter (WithResponseRateLimit).
+func (s *Server) limit(remote net.Addr) limitAction {
+	udp, isUDP := remote.(*net.UDPAddr)
+	if s.limiter == nil || !isUDP {
+		return answerFully
+	}
+	return s.limiter.decide(udp.AddrPort().Addr(), time.Now())
 }
 
 // answer builds the response to req.

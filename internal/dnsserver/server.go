@@ -41,6 +41,19 @@ type Server struct {
 	// nsAddrs are the addresses of the name server ns1.<zone>
 	// (WithNameServerAddresses); none: it is answered NXDOMAIN.
 	nsAddrs []net.IP
+	// limiter limits UDP answers per client network
+	// (WithResponseRateLimit); nil: unlimited.
+	limiter *responseLimiter
+}
+
+// WithResponseRateLimit limits the UDP answers to each client network to
+// perSecond (ratelimit.go); 0 leaves them unlimited.
+func (s *Server) WithResponseRateLimit(perSecond int) *Server {
+	s.limiter = nil
+	if perSecond > 0 {
+		s.limiter = newResponseLimiter(perSecond)
+	}
+	return s
 }
 
 // WithNameServerAddresses makes the server answer A and AAAA queries for

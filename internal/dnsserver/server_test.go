@@ -53,13 +53,20 @@ type testServer struct {
 // until the test ends.
 func startServer(t *testing.T, src Source, nameServerAddrs ...net.IP) *testServer {
 	t.Helper()
+	return startConfigured(t, src, func(srv *Server) { srv.WithNameServerAddresses(nameServerAddrs) })
+}
+
+// startConfigured is startServer with the server configured by configure
+// before it serves.
+func startConfigured(t *testing.T, src Source, configure func(*Server)) *testServer {
+	t.Helper()
 	udp, tcp, err := listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	logs := &testenv.SyncBuffer{}
-	srv := New(strings.ToUpper(zone)+".", src, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))).
-		WithNameServerAddresses(nameServerAddrs)
+	srv := New(strings.ToUpper(zone)+".", src, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	configure(srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, udp, tcp) }()

@@ -182,3 +182,12 @@ var dnsQueries = register(prometheus.NewCounterVec(prometheus.CounterOpts{
 // CountDNSQuery counts one answered query. The caller bounds both labels
 // (internal/dnsserver names rare query types "other").
 func CountDNSQuery(qtype, rcode string) { dnsQueries.WithLabelValues(qtype, rcode).Inc() }
+
+var dnsLimited = register(prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "mailyard_dns_responses_limited_total",
+	Help: "UDP answers of the DKIM zone's server held back by response rate limiting, by what was sent instead: \"truncated\" (an empty answer telling the client to ask over TCP) or \"dropped\" (nothing).",
+}, []string{"action"}))
+
+// CountDNSLimited counts one answer held back by response rate limiting;
+// action is "truncated" or "dropped".
+func CountDNSLimited(action string) { dnsLimited.WithLabelValues(action).Inc() }
