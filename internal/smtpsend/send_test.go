@@ -1,11 +1,13 @@
 package smtpsend_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"slices"
@@ -670,6 +672,126 @@ func TestLongReplyIsTruncated(t *testing.T) {
 		!strings.HasPrefix(r.Message, "5.1.1 éé") || !strings.HasSuffix(r.Message, "é") {
 		t.Errorf("got %s with a %d-byte message %q", r.Status, len(r.Message), r.Message)
 	}
+}
+
+// An exchanger that answers without end is cut off at a bounded reply, not
+// read into memory until the command's time runs out: before TLS (the
+// greeting, read by our own dialogue) and after it (MAIL FROM, read by
+// go-smtp, whose lines are bounded but not their number).
+func TestEndlessReplyIsCutOff(t *testing.T) {
+	for _, tc := range []struct {
+		name, step string
+		// answer is what the server says to each line we send (the
+		// empty line: on connecting); endless answers repeat line
+		// for 8 MiB (then wait).
+		answer func(command string) (line string, endless bool)
+	}{
+		{"greeting", "greeting", func(string) (string, bool) { return "220-" + strings.Repeat("x", 1000), true }},
+		{"one long line before TLS", "greeting", func(string) (string, bool) { return "220 " + strings.Repeat("x", 8<<20), false }},
+		{"MAIL FROM", "MAIL FROM", func(command string) (string, bool) {
+			switch {
+			case command == "":
+				return "220 mx.example.test", false
+			case strings.HasPrefix(command, "EHLO"):
+				return "250 mx.example.test", false
+			case strings.HasPrefix(command, "MAIL"):
+				return "250-" + strings.Repeat("y", 1000), true
+			}
+			return "250 ok", false
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			port := chattyServer(t, tc.answer)
+			// A long command time-out: only the cap can end the session
+			// quickly.
+			s := mxSender(t, exampleZone(t), port, func(c *smtpsend.Config) { c.CommandTimeout = 20 * time.Second })
+			started := time.Now()
+			r := send(t, s, "a@example.test")[0]
+			if elapsed := time.Since(started); elapsed > 5*time.Second {
+				t.Errorf("Send took %s", elapsed)
+			}
+			wantResult(t, r, smtpsend.Deferred, 0, tc.step+": the server's reply is longer than 64 KiB")
+		})
+	}
+}
+
+// Each reply before TLS has a command time-out of its own: a slow greeting
+// does not leave EHLO with what is left of it.
+func TestEachReplyHasItsOwnTimeOut(t *testing.T) {
+	inData := false
+	port := chattyServer(t, func(command string) (string, bool) {
+		switch {
+		case inData && command == ".":
+			inData = false
+			return "250 2.0.0 queued", false
+		case inData:
+			return "", false
+		case command == "":
+			time.Sleep(350 * time.Millisecond)
+			return "220 mx.example.test", false
+		case strings.HasPrefix(command, "EHLO"):
+			time.Sleep(350 * time.Millisecond)
+			return "250 mx.example.test", false
+		case command == "DATA":
+			inData = true
+			return "354 go on", false
+		}
+		return "250 ok", false
+	})
+	// quick: a command time-out of 500 ms, less than the two waits.
+	r := send(t, mxSender(t, exampleZone(t), port), "a@example.test")[0]
+	wantResult(t, r, smtpsend.Delivered, 250, "queued")
+}
+
+// chattyServer answers each command line with what answer says (nothing
+// for ""), written once or, when endless, over and over up to 8 MiB. One
+// connection at a time.
+func chattyServer(t *testing.T, answer func(command string) (line string, endless bool)) (port int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		close(done)
+		_ = ln.Close()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				say := func(command string) bool {
+					line, endless := answer(command)
+					if line == "" {
+						return true
+					}
+					for sent := 0; ; sent += len(line) + 2 {
+						if _, err := io.WriteString(c, line+"\r\n"); err != nil || !endless {
+							return err == nil
+						}
+						if sent > 8<<20 {
+							<-done
+							return false
+						}
+					}
+				}
+				r := bufio.NewReader(c)
+				for command := ""; say(command); {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					command = strings.TrimSpace(line)
+				}
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func relaySender(t *testing.T, relay string, adjust ...func(*smtpsend.Config)) *smtpsend.Sender {

@@ -78,7 +78,7 @@ func (s *Sender) open(ctx context.Context, srv server, useSTARTTLS bool) (*sessi
 	// Nothing below takes a context: closing the connection is what ends
 	// a command waiting on a server when the attempt runs out of time.
 	stop := context.AfterFunc(ctx, func() { _ = raw.Close() })
-	sess, err := s.setUp(ctx, raw, srv, useSTARTTLS)
+	sess, err := s.setUp(ctx, capReplies(raw), srv, useSTARTTLS)
 	if err != nil {
 		stop()
 		_ = raw.Close()
@@ -90,13 +90,14 @@ func (s *Sender) open(ctx context.Context, srv server, useSTARTTLS bool) (*sessi
 	return sess, nil
 }
 
-func (s *Sender) setUp(ctx context.Context, raw net.Conn, srv server, useSTARTTLS bool) (*session, error) {
+func (s *Sender) setUp(ctx context.Context, raw *repliesCapped, srv server, useSTARTTLS bool) (*session, error) {
 	if s.cfg.Mode == ModeRelay && s.cfg.RelayImplicitTLS {
-		tlsConn := tls.Client(raw, s.tlsConfig(srv.host))
+		tlsConn := tls.Client(raw.Conn, s.tlsConfig(srv.host))
 		if err := s.handshakeTLS(ctx, tlsConn); err != nil {
 			return nil, &stepError{step: "TLS handshake", err: err}
 		}
-		return s.hello(smtp.NewClient(tlsConn), tlsConn, raw, true)
+		conn := capReplies(tlsConn)
+		return s.hello(smtp.NewClient(conn), conn, raw, true)
 	}
 
 	// The dialogue up to TLS is ours: go-smtp would send its STARTTLS
@@ -104,10 +105,13 @@ func (s *Sender) setUp(ctx context.Context, raw net.Conn, srv server, useSTARTTL
 	// design: a name sent before TLS cannot be trusted), and servers that
 	// check that name refuse the mail. go-smtp takes over after it.
 	text := textproto.NewConn(raw)
-	_ = raw.SetDeadline(time.Now().Add(s.cfg.CommandTimeout))
+	// Each reply gets the command time-out of its own (docs/sending.md).
+	replyWithin := func() { _ = raw.SetDeadline(time.Now().Add(s.cfg.CommandTimeout)) }
+	replyWithin()
 	if _, _, err := text.ReadResponse(220); err != nil {
 		return nil, &stepError{step: "greeting", err: err}
 	}
+	replyWithin()
 	extensions, err := ehlo(text, s.cfg.HELO)
 	if err != nil {
 		return nil, &stepError{step: "EHLO", err: err}
@@ -118,6 +122,7 @@ func (s *Sender) setUp(ctx context.Context, raw net.Conn, srv server, useSTARTTL
 		return nil, &stepError{step: "STARTTLS", err: errors.New("the server does not offer STARTTLS and TLS is required")}
 	}
 	if offered && useSTARTTLS {
+		replyWithin()
 		if err := text.PrintfLine("STARTTLS"); err != nil {
 			return nil, &stepError{step: "STARTTLS", err: err}
 		}
@@ -133,7 +138,7 @@ func (s *Sender) setUp(ctx context.Context, raw net.Conn, srv server, useSTARTTL
 	return s.hello(smtp.NewClient(conn), conn, raw, false)
 }
 
-func (s *Sender) startTLS(ctx context.Context, raw net.Conn, text *textproto.Conn, srv server) (*session, error) {
+func (s *Sender) startTLS(ctx context.Context, raw *repliesCapped, text *textproto.Conn, srv server) (*session, error) {
 	if text.R.Buffered() > 0 {
 		// Bytes that arrived before the handshake were not protected by
 		// it; taking them as replies would let an attacker inject them.
@@ -142,11 +147,12 @@ func (s *Sender) startTLS(ctx context.Context, raw net.Conn, text *textproto.Con
 	// The handshake has a time-out of its own, not what is left of the
 	// one set for the commands before it.
 	_ = raw.SetDeadline(time.Time{})
-	tlsConn := tls.Client(raw, s.tlsConfig(srv.host))
+	tlsConn := tls.Client(raw.Conn, s.tlsConfig(srv.host))
 	if err := s.handshakeTLS(ctx, tlsConn); err != nil {
 		return nil, &stepError{step: "TLS handshake", err: err, tlsFailed: true}
 	}
-	conn := resume(tlsConn, tlsConn)
+	capped := capReplies(tlsConn)
+	conn := resume(capped, capped)
 	return s.hello(smtp.NewClient(conn), conn, raw, true)
 }
 
@@ -237,6 +243,46 @@ type resumedConn struct {
 }
 
 func (c *resumedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// maxReplyBytes bounds what a server may send in answer to one command (or
+// as its greeting): the longest line go-smtp takes is 2,000 bytes, but
+// neither it nor net/textproto, which reads the dialogue before TLS, bounds
+// a reply's number of lines, nor textproto a line's length. An exchanger
+// is chosen by whoever controls the recipient's domain, and one that
+// streamed a reply without end would fill the worker's memory. A real
+// reply, EHLO's list of extensions included, is a few hundred bytes.
+const maxReplyBytes = 64 << 10
+
+// errReplyTooLong ends a session whose server sent more than maxReplyBytes
+// in answer to one command.
+var errReplyTooLong = fmt.Errorf("the server's reply is longer than %d KiB", maxReplyBytes>>10)
+
+// repliesCapped is a connection whose reads fail once more than
+// maxReplyBytes have arrived since our last write: each command we send
+// (or the message) opens the budget of its reply. Below TLS, the handshake
+// is bounded by crypto/tls itself, so it is the unencrypted connection and
+// the TLS one that are capped, not the bytes under TLS.
+type repliesCapped struct {
+	net.Conn
+	read int
+}
+
+func capReplies(conn net.Conn) *repliesCapped { return &repliesCapped{Conn: conn} }
+
+func (c *repliesCapped) Write(p []byte) (int, error) {
+	c.read = 0
+	return c.Conn.Write(p)
+}
+
+func (c *repliesCapped) Read(p []byte) (int, error) {
+	left := maxReplyBytes - c.read
+	if left <= 0 {
+		return 0, errReplyTooLong
+	}
+	n, err := c.Conn.Read(p[:min(len(p), left)])
+	c.read += n
+	return n, err
+}
 
 func isLoopback(addr net.Addr) bool {
 	tcp, ok := addr.(*net.TCPAddr)
