@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/emersion/go-smtp"
 	"github.com/google/uuid"
@@ -128,9 +129,10 @@ type session struct {
 }
 
 // Mail accepts any sender, the null sender of bounces ("") included, but
-// one with a control character.
+// one with a control character or bytes that are not UTF-8 (go-smtp takes
+// any byte from 0x80 up): the stored sender is what the sender sent.
 func (s *session) Mail(from string, _ *smtp.MailOptions) error {
-	if strings.ContainsFunc(from, unicode.IsControl) {
+	if !utf8.ValidString(from) || strings.ContainsFunc(from, unicode.IsControl) {
 		return errBadSender
 	}
 	s.from = from

@@ -313,8 +313,8 @@ func TestStopWithAnIdleClient(t *testing.T) {
 	}
 }
 
-// An address with a control character is refused for good: go-smtp takes
-// any byte, a quoted NUL too, and a NUL in MAIL FROM could never be stored
+// An address with a control character (or, as a sender, bytes that are not
+// UTF-8) is refused for good: go-smtp takes any byte, a quoted NUL too, and a NUL in MAIL FROM could never be stored
 // (the message got 451 on every retry). A recipient that is a stored
 // envelope sender but for a trailing control character (which
 // store.SameAddress trims) is refused too; the refusal counts toward
@@ -326,7 +326,7 @@ func TestControlCharactersInAddresses(t *testing.T) {
 	f.email(id, sender)
 	k := f.dial()
 	k.cmd("RSET", "250 ")
-	for _, from := range []string{"a\x00b@isp.example", "\"a\x00b\"@isp.example", "\"a\\\x00b\"@isp.example", "a@isp.example\x0b"} {
+	for _, from := range []string{"a\x00b@isp.example", "\"a\x00b\"@isp.example", "\"a\\\x00b\"@isp.example", "a@isp.example\x0b", "a\xffb@isp.example"} {
 		k.cmd("MAIL FROM:<"+from+">", "501 5.1.7 ")
 		k.cmd("RCPT TO:<fbl@bounces.example>", "502 ") // no sender: nothing to store
 	}

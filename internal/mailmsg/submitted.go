@@ -99,6 +99,7 @@ func PrepareSubmitted(raw []byte, emailID, domain string, now time.Time, utf8 bo
 	if hasHeaderControl(info.From.Name) {
 		return nil, info, ErrControl
 	}
+	info.From.Name = shown(info.From.Name)
 	info.To, info.Cc = displayList(mh, "To"), displayList(mh, "Cc")
 	info.Subject = mh.Get("Subject")
 	if dec, err := new(mime.WordDecoder).DecodeHeader(info.Subject); err == nil {
@@ -107,12 +108,13 @@ func PrepareSubmitted(raw []byte, emailID, domain string, now time.Time, utf8 bo
 	if hasHeaderControl(info.Subject) {
 		return nil, info, ErrControl
 	}
+	info.Subject = shown(info.Subject)
 
 	var added bytes.Buffer
 	if mh.Get("Date") == "" {
 		added.WriteString("Date: " + now.UTC().Format(time.RFC1123Z) + "\r\n")
 	}
-	info.MessageID = strings.TrimSpace(mh.Get("Message-ID"))
+	info.MessageID = shown(strings.TrimSpace(mh.Get("Message-ID")))
 	info.ClientMessageID = info.MessageID != ""
 	if !info.ClientMessageID {
 		info.MessageID = "<" + emailID + "@" + domain + ">"
@@ -156,6 +158,22 @@ func hasHeaderControl(s string) bool {
 	return strings.ContainsFunc(s, isHeaderControl)
 }
 
+// shown is a header value as the API shows it and events and webhooks carry
+// it; the message goes out as written whatever it holds. Invalid UTF-8,
+// which encoded words decode to as they are (=?UTF-8?Q?caf=E9?=) and
+// SMTPUTF8 lets through raw, becomes U+FFFD here, as storing it would
+// change it anyway, so what is kept is what the caller saw. A value longer
+// than MaxSubject characters (the API's limit on a subject) is cut there: a
+// folded Subject of megabytes would be copied into every event and webhook
+// of the email.
+func shown(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if utf8.RuneCountInString(s) <= MaxSubject {
+		return s
+	}
+	return string([]rune(s)[:MaxSubject])
+}
+
 // isHeaderControl is a character hasHeaderControl looks for.
 func isHeaderControl(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f }
 
@@ -171,12 +189,13 @@ func displayList(h mail.Header, name string) []string {
 	}
 	out := make([]string, 0, len(list))
 	for _, a := range list {
+		// An encoded word may decode to invalid UTF-8 too.
 		a.Name = strings.Map(func(r rune) rune {
 			if isHeaderControl(r) {
 				return utf8.RuneError
 			}
 			return r
-		}, a.Name)
+		}, shown(a.Name))
 		out = append(out, displayAddress(*a))
 	}
 	return out

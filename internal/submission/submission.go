@@ -56,6 +56,7 @@ var (
 	errTooManyFails = &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 7, 0}, Message: "Too many failed authentications, closing connection"}
 	errNotYourFrom  = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 7, 1}, Message: "Sender address is not at the credential's domain"}
 	errNotVerified  = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 7, 1}, Message: "The credential's domain is not verified"}
+	errNestedMail   = &smtp.SMTPError{Code: 503, EnhancedCode: smtp.EnhancedCode{5, 5, 1}, Message: "Nested MAIL command (send RSET first)"}
 	errBadRecipient = &smtp.SMTPError{Code: 501, EnhancedCode: smtp.EnhancedCode{5, 1, 3}, Message: "Bad recipient address syntax"}
 	errNeedsUTF8    = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 6, 7}, Message: "Non-ASCII header fields need SMTPUTF8 (MAIL FROM ... SMTPUTF8)"}
 	errBadHeader    = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 6, 0}, Message: "The message needs a header with exactly one From address"}
@@ -177,6 +178,14 @@ func (s *session) fail() error {
 func (s *session) Mail(from string, opts *smtp.MailOptions) error {
 	if s.key == nil {
 		return errAuthRequired
+	}
+	// go-smtp takes a MAIL in the middle of a transaction to the session,
+	// and keeps the transaction's recipients if the session refuses it:
+	// the recipients and the checks of the first MAIL would carry over to
+	// whatever the second one was refused for (a revoked key, an
+	// unverified domain). RFC 5321 §4.1.4 answers it 503.
+	if s.domain != nil {
+		return errNestedMail
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()

@@ -1,12 +1,14 @@
 package submission_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/emersion/go-sasl"
 	gosmtp "github.com/emersion/go-smtp"
@@ -16,6 +18,7 @@ import (
 	"github.com/mailyard/mailyard/internal/keyauth"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/keyusage"
+	"github.com/mailyard/mailyard/internal/mailmsg"
 	"github.com/mailyard/mailyard/internal/ratelimit"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/submission"
@@ -261,5 +264,72 @@ func TestControlCharactersRefused(t *testing.T) {
 	if err := f.st.DB.NewSelect().Model((*store.Email)(nil)).Column("subject").Scan(context.Background(), &stored); err != nil ||
 		len(stored) != 1 || stored[0] != "a\tb" {
 		t.Fatalf("stored subjects %q, %v; want the message with TABs only", stored, err)
+	}
+}
+
+// Invalid UTF-8 that encoded words decode to (or that SMTPUTF8 lets through
+// raw) is shown as U+FFFD, and an overlong Subject or Message-ID is cut at
+// the API's 998 characters: before, a Subject of megabytes was stored and
+// copied into every event and webhook. The message goes out as written.
+func TestShownHeaderValuesAreStorable(t *testing.T) {
+	f := newFixture(t, config.RateLimit{})
+	c := f.login(t, sasl.NewPlainClient("", f.user, f.secret))
+	longID := "<" + strings.Repeat("i", 1200) + "@shop.example>"
+	reply, err := sendWithHeader(c, "From: =?UTF-8?Q?Caf=E9?= <billing@shop.example>\r\nTo: =?UTF-8?Q?J=F6?= <ada@rcpt.example>\r\n"+
+		"Subject: =?UTF-8?Q?caf=E9?= "+strings.Repeat("s", 1500)+"\r\nMessage-ID: "+longID+"\r\n")
+	if err != nil {
+		t.Fatalf("reply %q, %v", reply, err)
+	}
+	id := strings.TrimPrefix(reply, "2.0.0 queued as ")
+	e, _, err := f.st.EmailInScope(context.Background(), store.EmailScope{OrganizationID: f.organizationID}, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(e.Subject, "caf\uFFFD s") || utf8.RuneCountInString(e.Subject) != mailmsg.MaxSubject {
+		t.Errorf("subject %q (%d characters)", e.Subject[:20], utf8.RuneCountInString(e.Subject))
+	}
+	if e.FromAddress != "Caf\uFFFD <billing@shop.example>" || len(e.To) != 1 || e.To[0] != "J\uFFFD <ada@rcpt.example>" {
+		t.Errorf("from %q, to %q", e.FromAddress, e.To)
+	}
+	if e.MessageIDHeader == nil || *e.MessageIDHeader != longID[:mailmsg.MaxSubject] {
+		t.Errorf("message_id_header %v", e.MessageIDHeader)
+	}
+	var content []byte
+	if err := f.st.DB.NewSelect().Model((*store.Email)(nil)).Column("content").Where("id = ?", id).Scan(context.Background(), &content); err != nil ||
+		!bytes.Contains(content, []byte("Message-ID: "+longID+"\r\n")) || !bytes.Contains(content, []byte("Subject: =?UTF-8?Q?caf=E9?= ")) {
+		t.Errorf("the message does not go out as written (%v)", err)
+	}
+}
+
+// A MAIL FROM inside an open transaction is refused with 503, and the
+// transaction stays as it was: before, a second MAIL refused because the
+// key had been revoked left the first one's domain and recipients in place,
+// and DATA then read the key it had dropped.
+func TestNestedMailRefused(t *testing.T) {
+	f := newFixture(t, config.RateLimit{})
+	c := f.login(t, sasl.NewPlainClient("", f.user, f.secret))
+	if err := c.Mail("billing@shop.example", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Rcpt("ada@rcpt.example", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.DB.NewUpdate().Model((*store.APIKey)(nil)).Set("status = ?", store.KeyRevoked).
+		Where("username = ?", f.user).Exec(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var reply *gosmtp.SMTPError
+	if err := c.Mail("billing@shop.example", nil); !errors.As(err, &reply) || reply.Code != 503 || reply.EnhancedCode != (gosmtp.EnhancedCode{5, 5, 1}) {
+		t.Fatalf("nested MAIL: %v, want 503 5.5.1", err)
+	}
+	// After RSET, the revoked key is refused.
+	if err := c.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Mail("billing@shop.example", nil); !errors.As(err, &reply) || reply.Code != 535 {
+		t.Fatalf("MAIL with the revoked key: %v, want 535", err)
+	}
+	if err := c.Rcpt("ada@rcpt.example", nil); !errors.As(err, &reply) || reply.Code/100 != 5 {
+		t.Fatalf("RCPT without a transaction: %v, want it refused", err)
 	}
 }
