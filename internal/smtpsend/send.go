@@ -208,8 +208,12 @@ func (p *sessionPlan) add(key, domain string, tx *transaction) {
 // deliver runs a planned session's transactions on one connection. A
 // connection that the server closes or drops between transactions is opened
 // again for the rest, once per transaction at most: receivers close idle or
-// busy connections, and that says nothing about the next message. When no
-// connection can be opened, every transaction left gets that outcome.
+// busy connections, and that says nothing about the next message. But a
+// server that answers 421 on a connection opened for the transaction says
+// it will not take mail now (rate limits say so): the transactions left
+// are deferred with its reply rather than opening a connection for each.
+// When no connection can be opened, every transaction left gets that
+// outcome.
 func (s *Sender) deliver(ctx context.Context, ps *plannedSession) {
 	var sess *session
 	defer func() {
@@ -248,8 +252,26 @@ func (s *Sender) deliver(ctx context.Context, ps *plannedSession) {
 		sess = nil
 		if next == sessionLostBeforeMail && reused {
 			i-- // the transaction had not begun: again, on a new connection
+			continue
+		}
+		if closing, ok := closingReply(tx.outcomes); ok && !reused {
+			for _, rest := range ps.txs[i+1:] {
+				rest.outcomes = same(len(rest.rcpts), closing)
+			}
+			return
 		}
 	}
+}
+
+// closingReply is the 421 among a transaction's outcomes, if any: the
+// server closing the session.
+func closingReply(outcomes []outcome) (outcome, bool) {
+	for _, o := range outcomes {
+		if o.code == 421 {
+			return o, true
+		}
+	}
+	return outcome{}, false
 }
 
 // connect opens a session for mail to domain: with the relay, or with the

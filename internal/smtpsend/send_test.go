@@ -641,6 +641,28 @@ func TestSendEachSharesConnections(t *testing.T) {
 	}
 }
 
+// A server that answers 421 on a connection opened for the transaction
+// (a rate limit) gets no new connection for each transaction left: they
+// are deferred with its reply. One that closes a connection it has carried
+// mail on is tried again on a new one (TestSendEachSharesConnections).
+func TestRefusalWith421DefersTheRest(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	srv.onMail = func(string) error {
+		return smtpError(421, smtp.EnhancedCode{4, 7, 28}, "rate limited, try again later")
+	}
+	s := mxSender(t, exampleZone(t), srv.port)
+	var envs []smtpsend.Envelope
+	for i := range 5 {
+		envs = append(envs, smtpsend.Envelope{From: sender, Recipient: fmt.Sprintf("r%d@example.test", i), Message: message})
+	}
+	for _, r := range s.SendEach(context.Background(), envs) {
+		wantResult(t, r, smtpsend.Deferred, 421, "4.7.28 rate limited")
+	}
+	if conns, _, _, _ := srv.stats(); conns != 1 {
+		t.Errorf("%d connections, want 1", conns)
+	}
+}
+
 func TestInvalidAndRepeatedRecipients(t *testing.T) {
 	srv := startServer(t, serverOptions{})
 	s := mxSender(t, exampleZone(t), srv.port)
