@@ -3,6 +3,8 @@ package smtpserver
 import (
 	"context"
 	"io"
+	"net"
+	"sync"
 	"time"
 
 	"github.com/emersion/go-smtp"
@@ -26,53 +28,109 @@ var ErrBusy = &smtp.SMTPError{
 // them together. A session that finds the budget spent waits, not reading
 // from its connection (TCP holds the client back), and gets ErrBusy if it
 // stays spent.
+//
+// One client address (Server.clientKey: an IPv4 address, an IPv6 /64) holds
+// at most perClient of the budget, whatever its number of connections:
+// otherwise a few connections trickling large messages, each read pushing
+// the idle time-out on, would hold the whole budget for the session time
+// and every other sender would get ErrBusy. Past its share a client gets
+// ErrBusy at once, without waiting.
 type budgetBackend struct {
 	smtp.Backend
 	budget *semaphore.Weighted
 	size   int64 // of budget
 	wait   time.Duration
+	// clientKey names the address a connection's bytes count against
+	// ("": not counted per address, as loopback).
+	clientKey func(net.Addr) string
+	perClient int64
+
+	mu   sync.Mutex
+	held map[string]int64 // per client address
 }
+
+// perClientShare is a client address's share of a budget of size for
+// messages of at most maxMessage bytes: a quarter, and at least two
+// messages.
+func perClientShare(size, maxMessage int64) int64 { return max(size/4, 2*maxMessage) }
 
 func (b *budgetBackend) NewSession(c *smtp.Conn) (smtp.Session, error) {
 	s, err := b.Backend.NewSession(c)
 	if err != nil {
 		return s, err
 	}
+	client := b.clientKey(c.Conn().RemoteAddr())
 	// go-smtp looks for AuthSession on the session it is given.
 	if a, ok := s.(smtp.AuthSession); ok {
-		return &budgetAuthSession{AuthSession: a, b: b}, nil
+		return &budgetAuthSession{AuthSession: a, b: b, client: client}, nil
 	}
-	return &budgetSession{Session: s, b: b}, nil
+	return &budgetSession{Session: s, b: b, client: client}, nil
 }
 
 type budgetSession struct {
 	smtp.Session
-	b *budgetBackend
+	b      *budgetBackend
+	client string
 }
 
-func (s *budgetSession) Data(r io.Reader) error { return s.b.data(s.Session.Data, r) }
+func (s *budgetSession) Data(r io.Reader) error { return s.b.data(s.Session.Data, r, s.client) }
 
 type budgetAuthSession struct {
 	smtp.AuthSession
-	b *budgetBackend
+	b      *budgetBackend
+	client string
 }
 
-func (s *budgetAuthSession) Data(r io.Reader) error { return s.b.data(s.AuthSession.Data, r) }
+func (s *budgetAuthSession) Data(r io.Reader) error { return s.b.data(s.AuthSession.Data, r, s.client) }
 
 // data runs a session's Data over a reader charged to the budget.
-func (b *budgetBackend) data(data func(io.Reader) error, r io.Reader) error {
-	br := &budgetReader{r: r, b: b}
-	defer func() { b.budget.Release(br.held) }()
+func (b *budgetBackend) data(data func(io.Reader) error, r io.Reader, client string) error {
+	br := &budgetReader{r: r, b: b, client: client}
+	defer func() {
+		b.budget.Release(br.held)
+		b.giveBack(client, br.held)
+	}()
 	return data(br)
+}
+
+// takeShare counts n more bytes against client's share, unless that would
+// go past it.
+func (b *budgetBackend) takeShare(client string, n int64) bool {
+	if client == "" {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.held[client]+n > b.perClient {
+		return false
+	}
+	if b.held == nil {
+		b.held = map[string]int64{}
+	}
+	b.held[client] += n
+	return true
+}
+
+// giveBack returns n bytes of client's share.
+func (b *budgetBackend) giveBack(client string, n int64) {
+	if client == "" || n == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.held[client] -= n; b.held[client] <= 0 {
+		delete(b.held, client)
+	}
 }
 
 // budgetReader takes from the budget the bytes each read returned before
 // handing them on (a read that waits for the client holds nothing), and
 // waits while the budget is spent.
 type budgetReader struct {
-	r    io.Reader
-	b    *budgetBackend
-	held int64
+	r      io.Reader
+	b      *budgetBackend
+	client string
+	held   int64
 }
 
 func (r *budgetReader) Read(p []byte) (int, error) {
@@ -83,7 +141,11 @@ func (r *budgetReader) Read(p []byte) (int, error) {
 	// A read never takes more than the whole budget (a budget smaller than
 	// a read buffer would otherwise wait for ever).
 	take := min(int64(n), r.b.size)
+	if !r.b.takeShare(r.client, take) {
+		return 0, ErrBusy
+	}
 	if !r.b.budget.TryAcquire(take) && !r.b.acquireWaiting(take) {
+		r.b.giveBack(r.client, take)
 		return 0, ErrBusy
 	}
 	r.held += take

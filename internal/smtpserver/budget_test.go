@@ -56,3 +56,56 @@ func TestBudgetHoldsOneMessage(t *testing.T) {
 		t.Fatal("a budget of half a message was taken")
 	}
 }
+
+// One client address holds at most a quarter of the budget (at least two
+// messages), however many connections it opens: past its share its next
+// message gets 451 4.3.2 at once, while another address's message is taken
+// from the budget left.
+func TestOneClientHoldsAShareOfTheBudget(t *testing.T) {
+	b := newBackend()
+	hold := make(chan struct{})
+	var stores atomic.Int32
+	b.store = func() error {
+		stores.Add(1)
+		<-hold
+		return nil
+	}
+	s := build(t, Config{MaxMessageBytes: 20 << 10, MaxMessageBytesInFlight: 400 << 10, IdleTimeout: 5 * time.Second}, b)
+	s.capLoopback = true
+	addr := serve(t, s)
+	msg := string(message(19<<10)) + ".\r\n"
+
+	var held []*client
+	for range 5 { // 95 KiB of the client's 100
+		c := dial(t, addr)
+		c.transaction()
+		c.send(msg)
+		held = append(held, c)
+	}
+	eventually(t, func() bool { return stores.Load() == 5 })
+	over := dial(t, addr)
+	over.transaction()
+	over.send(msg)
+	started := time.Now()
+	over.expect("451 4.3.2 ")
+	if waited := time.Since(started); waited > time.Second {
+		t.Errorf("the client past its share waited %s for the budget", waited)
+	}
+
+	other := dialFrom(t, addr, "127.0.0.2")
+	other.transaction()
+	other.send(msg)
+	eventually(t, func() bool { return stores.Load() == 6 })
+
+	close(hold)
+	for _, c := range append(held, other) {
+		c.expect("250 ")
+	}
+	// The shares are given back with the messages.
+	over.send("MAIL FROM:<a@client.test>\r\nRCPT TO:<b@mx.mailyard.test>\r\nDATA\r\n")
+	over.expect("250 ")
+	over.expect("250 ")
+	over.expect("354 ")
+	over.send(msg)
+	over.expect("250 ")
+}

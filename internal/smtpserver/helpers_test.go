@@ -123,7 +123,18 @@ type client struct {
 
 func dial(t *testing.T, addr string) *client {
 	t.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	return dialFrom(t, addr, "")
+}
+
+// dialFrom is dial from the local address ip (any of 127.0.0.0/8 is this
+// machine's; "": the system's choice).
+func dialFrom(t *testing.T, addr, ip string) *client {
+	t.Helper()
+	d := net.Dialer{Timeout: 5 * time.Second}
+	if ip != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(ip)}
+	}
+	conn, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -219,7 +219,8 @@ func New(cfg Config, backend smtp.Backend) (*Server, error) {
 	// A session waits for the budget at most half the idle time-out: its
 	// connection's read deadline runs while it waits.
 	srv := smtp.NewServer(&budgetBackend{Backend: backend, budget: semaphore.NewWeighted(cfg.MaxMessageBytesInFlight),
-		size: cfg.MaxMessageBytesInFlight, wait: cfg.IdleTimeout / 2})
+		size: cfg.MaxMessageBytesInFlight, wait: cfg.IdleTimeout / 2,
+		clientKey: s.clientKey, perClient: perClientShare(cfg.MaxMessageBytesInFlight, cfg.MaxMessageBytes)})
 	srv.Domain = cfg.Hostname
 	srv.MaxMessageBytes = cfg.MaxMessageBytes
 	srv.MaxRecipients = cfg.MaxRecipients
