@@ -39,6 +39,15 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, VerifyUpdate,
 		func(ctx workflow.Context) (VerifyResult, error) {
+			// A check before the keys are published could verify the
+			// domain, whose mail would then be signed with a key that
+			// receivers cannot find (or with none yet): the check waits
+			// for them. Runs from before verify-after-keys checked at once.
+			if !in.KeysPublished && workflow.GetVersion(ctx, verifyAfterKeysChange, workflow.DefaultVersion, 1) == 1 {
+				if err := workflow.Await(ctx, func() bool { return in.KeysPublished }); err != nil {
+					return VerifyResult{}, err
+				}
+			}
 			if err := check(workflow.WithActivityOptions(ctx, checkOptions)); err != nil {
 				return VerifyResult{}, err
 			}
@@ -113,6 +122,11 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	logger.Info("onboarding finished", "DomainID", in.DomainID, "Status", p.Status)
 	return Result{Status: p.Status}, nil
 }
+
+// verifyAfterKeysChange is the workflow.GetVersion change id of runs whose
+// verify update, sent while the keys are generated or published, waits for
+// them before it checks.
+const verifyAfterKeysChange = "verify-after-keys"
 
 // Key generation and publishing retry until they succeed: a publisher that is down
 // (BIND restarting) must delay onboarding, not fail it.

@@ -114,6 +114,39 @@ func (s *workflowSuite) TestVerifyNowInTheMiddle() {
 	s.Equal(3*time.Minute+30*time.Second, at[4], "the workflow ended right after the verify, without waiting for its timer")
 }
 
+// A verify sent while the keys are still being published (the publisher
+// down) checks once they are, not before: a domain verified earlier would
+// send mail signed with a key receivers cannot find.
+func (s *workflowSuite) TestVerifyWaitsForTheKeys() {
+	start := s.env.Now()
+	var published time.Duration
+	s.env.OnActivity(GenerateKeysActivity, mock.Anything, int64(7)).Return(nil).Once()
+	s.env.OnActivity(PublishKeysActivity, mock.Anything, int64(7)).Return(errors.New("publisher down")).Twice()
+	s.env.OnActivity(PublishKeysActivity, mock.Anything, int64(7)).Return(func(context.Context, int64) error {
+		published = s.env.Now().Sub(start)
+		return nil
+	}).Once()
+	s.env.OnActivity(VerifiedActivity, mock.Anything, int64(7)).Return(nil).Once()
+	var at []time.Duration
+	s.checksAnswer(1, &at, start)
+	var updated *VerifyResult
+	s.env.RegisterDelayedCallback(func() {
+		s.env.UpdateWorkflow(VerifyUpdate, "verify-1", &testsuite.TestUpdateCallback{
+			OnReject:   func(err error) { s.Fail("verify rejected", err) },
+			OnAccept:   func() {},
+			OnComplete: func(v interface{}, err error) { s.NoError(err); r := v.(VerifyResult); updated = &r },
+		})
+	}, 500*time.Millisecond)
+	s.env.ExecuteWorkflow(WorkflowName, Input{DomainID: 7})
+
+	s.Equal(StatusVerified, s.result().Status)
+	s.Require().NotNil(updated)
+	s.Equal(StatusVerified, updated.Status)
+	s.Require().NotEmpty(at)
+	s.Greater(published, time.Second, "publishing was retried")
+	s.GreaterOrEqual(at[0], published, "a check ran before the keys were published")
+}
+
 func (s *workflowSuite) TestRestartedWindowSkipsKeysAndCountsFromItsStart() {
 	// A failed domain's new window: keys exist, the window opened 71 hours ago in
 	// this test (as if continued), so the schedule is in its last step.
