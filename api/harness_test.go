@@ -123,6 +123,8 @@ func (h *harness) doAt(base, method, path, key string, body any, header map[stri
 		rd = bytes.NewReader(b)
 	case string:
 		rd = bytes.NewReader([]byte(b))
+	case io.Reader:
+		rd = b
 	default:
 		buf, err := json.Marshal(b)
 		if err != nil {
