@@ -76,7 +76,7 @@ type EmailBody struct {
 	Subject     string            `json:"subject" maxLength:"998" doc:"1 to 998 characters, no line breaks." example:"Your invoice"`
 	Text        string            `json:"text,omitempty" doc:"Plain-text body; text, html or both."`
 	HTML        string            `json:"html,omitempty" doc:"HTML body; text, html or both."`
-	Headers     map[string]string `json:"headers,omitempty" doc:"Extra headers: X-… names, List-Unsubscribe, List-Unsubscribe-Post, In-Reply-To, References."`
+	Headers     map[string]string `json:"headers,omitempty" doc:"Extra headers: X-… names, List-Unsubscribe, List-Unsubscribe-Post, In-Reply-To, References; at most 50, of 16 KiB in all."`
 	Attachments []EmailAttachment `json:"attachments,omitempty" maxItems:"100"`
 	ScheduledAt string            `json:"scheduled_at,omitempty" maxLength:"64" doc:"Send at this time instead of now: RFC 3339 with a time-zone offset or Z, at most 30 days ahead; up to 5 minutes in the past means now." example:"2026-12-01T09:00:00+01:00"`
 	Tracking    *EmailTracking    `json:"tracking,omitempty" doc:"Opens, clicks and unsubscribe for this email, over the domain's settings; with any on, each recipient gets a message of their own."`

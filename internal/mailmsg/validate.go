@@ -23,6 +23,12 @@ const (
 	maxFilename = 255
 	// maxContentType bounds a customer's Content-Type the same way.
 	maxContentType = 255
+	// MaxHeaders is the most extra headers an email may have, and
+	// MaxHeaderBytes the most bytes of their names and values together:
+	// receivers refuse a header section of megabytes with a 5xx, which
+	// would bounce and suppress every recipient.
+	MaxHeaders     = 50
+	MaxHeaderBytes = 16 << 10
 )
 
 // Request is the decoded API body of POST /api/v1/emails. A single address
@@ -223,9 +229,19 @@ func (v *validator) subject(s string) {
 
 // headers checks the extra headers and returns them sorted by name.
 func (v *validator) headers(h map[string]string) []Header {
+	size := 0
 	names := make([]string, 0, len(h))
-	for name := range h {
+	for name, value := range h {
 		names = append(names, name)
+		size += len(name) + len(value)
+	}
+	switch {
+	case len(h) > MaxHeaders:
+		v.add("body.headers", fmt.Sprintf("%d headers; the maximum is %d", len(h), MaxHeaders))
+		return nil
+	case size > MaxHeaderBytes:
+		v.add("body.headers", fmt.Sprintf("the headers' names and values are %d bytes long; the maximum is %d", size, MaxHeaderBytes))
+		return nil
 	}
 	slices.Sort(names) // errors in a stable order
 	var out []Header

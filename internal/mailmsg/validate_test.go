@@ -218,6 +218,18 @@ func TestValidateRejects(t *testing.T) {
 		{"a subject that is not UTF-8", func(r *Request) { r.Subject = "\xff" }, []FieldError{{"body.subject", "UTF-8"}}},
 		{"no text and no html", func(r *Request) { r.Text, r.HTML = "", "" },
 			[]FieldError{{"body.text", "at least one of text and html"}}},
+		{"51 headers", func(r *Request) {
+			r.Headers = map[string]string{}
+			for i := range MaxHeaders + 1 {
+				r.Headers[fmt.Sprintf("X-H%d", i)] = "v"
+			}
+		}, []FieldError{{"body.headers", "51 headers; the maximum is 50"}}},
+		{"17 KiB of headers", func(r *Request) {
+			r.Headers = map[string]string{}
+			for i := range 20 {
+				r.Headers[fmt.Sprintf("X-H%d", i)] = strings.Repeat("v", 870)
+			}
+		}, []FieldError{{"body.headers", "the maximum is 16384"}}},
 		{"a Bcc header", func(r *Request) { r.Headers = map[string]string{"Bcc": "victim@x.example"} },
 			[]FieldError{{"body.headers.Bcc", "only X- headers"}}},
 		{"a From header", func(r *Request) { r.Headers = map[string]string{"from": "ceo@example.com"} },
