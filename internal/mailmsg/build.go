@@ -224,11 +224,13 @@ func encodeText(s string) string {
 }
 
 // headerValue is how a customer's header value is written: X- headers are
-// unstructured text and get RFC 2047 encoding when not ASCII; the standard
-// ones are structured, ASCII only (see checkHeaderValue), written as is.
+// unstructured text, encoded as a subject is (encodeText: RFC 2047 when not
+// ASCII, and when ASCII text would read as an encoded word, which a mail
+// reader would decode, line breaks included); the standard ones are
+// structured, ASCII only (see checkHeaderValue), written as is.
 func headerValue(name, value string) string {
-	if isXHeader(name) && !isASCII(value) {
-		return mime.QEncoding.Encode("utf-8", value)
+	if isXHeader(name) {
+		return encodeText(value)
 	}
 	return value
 }

@@ -109,6 +109,7 @@ func TestBuildFullMessage(t *testing.T) {
 		Headers: map[string]string{
 			"X-Campaign":            "spring-2026",
 			"X-Note":                "déjà vu",
+			"X-Looks-Encoded":       "=?utf-8?q?a=0D=0ABcc:_victim@example.org?=",
 			"List-Unsubscribe":      "<https://example.com/u/123>, <mailto:unsub@example.com?subject=u123>",
 			"List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
 		},
