@@ -76,7 +76,11 @@ func (r *Recorder) record(ctx context.Context, t tracktoken.Token, what store.En
 		// suppresses (a hard bounce, a complaint, an ingested event) locks
 		// the statistics row before the suppression, and one that took
 		// them the other way round deadlocked with it.
-		if what == store.EngagedUnsubscribe {
+		// Only the first: once the customer has taken the address off
+		// the list (a recipient who subscribed again), a repeated POST
+		// of the old email's link (a mailbox provider sending it again)
+		// must not put it back without an event or a count.
+		if what == store.EngagedUnsubscribe && first {
 			return store.Suppress(ctx, tx, e.OrganizationID, rcpt.Address, store.SuppressionUnsubscribe)
 		}
 		return nil

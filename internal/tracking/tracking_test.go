@@ -338,6 +338,17 @@ func TestRoutes(t *testing.T) {
 		if s := f.stats(t); s.Opened != 1 || s.Clicked != 1 || s.Unsubscribed != 1 {
 			t.Fatalf("stats: %+v", s)
 		}
+		// Taken off the list by the customer, the address stays off when
+		// the old email's one-click POST comes again.
+		if _, err := f.st.DeleteSuppression(ctx, f.org, "ada@x.example"); err != nil {
+			t.Fatal(err)
+		}
+		if res, _ := f.do(t, "POST", unsub, "", "List-Unsubscribe=One-Click"); res.StatusCode != 200 {
+			t.Fatalf("one-click POST again: %d", res.StatusCode)
+		}
+		if among, _ := f.st.SuppressedAmong(ctx, f.org, []string{"ada@x.example"}, true); len(among) != 0 {
+			t.Fatal("a repeated one-click POST suppressed the address again")
+		}
 		// A forged unsubscribe token: 404, nothing changes.
 		if res, _ := f.do(t, "POST", "/t/u/"+f.token(t, tracktoken.Open, 1, 0), "", "List-Unsubscribe=One-Click"); res.StatusCode != 404 {
 			t.Fatalf("an open token on the unsubscribe route: %d", res.StatusCode)
