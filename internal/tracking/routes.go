@@ -45,10 +45,11 @@ type Routes struct {
 	// custom tracking domain of the email's own domain.
 	Hosts  []string
 	Logger *slog.Logger
-	// Now is the clock of the open throttle (nil: time.Now).
+	// Now is the clock of the throttle of repeated opens and clicks
+	// (nil: time.Now).
 	Now func() time.Time
 
-	opens recentOpens
+	recent recentTokens
 }
 
 // Register adds the routes to mux.
@@ -72,11 +73,7 @@ func (rt *Routes) open(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	metrics.CountTrackingRequest("open", "ok")
-	now := time.Now
-	if rt.Now != nil {
-		now = rt.Now
-	}
-	if !rt.opens.first(tok, now()) {
+	if !rt.recent.first(tok, rt.now()) {
 		return // this recipient's open was recorded moments ago
 	}
 	ua := cleanUserAgent(r.UserAgent()) // cut before queueing: the header may be 64 KiB
@@ -111,8 +108,18 @@ func (rt *Routes) click(w http.ResponseWriter, r *http.Request) {
 	// wrote it (http.Redirect would clean and re-escape it).
 	w.Header().Set("Location", target.URL)
 	w.WriteHeader(http.StatusFound)
+	if !rt.recent.first(tok, rt.now()) {
+		return // this recipient's click of this link was recorded moments ago
+	}
 	ua, link := cleanUserAgent(r.UserAgent()), target.URL // cut before queueing, as for open
 	rt.Queue.Add(func(ctx context.Context) error { return rt.Recorder.Click(ctx, tok, link, ua) })
+}
+
+func (rt *Routes) now() time.Time {
+	if rt.Now != nil {
+		return rt.Now()
+	}
+	return time.Now()
 }
 
 // unknownLink answers a token that is not valid, or names nothing that may be
@@ -319,34 +326,34 @@ func (q *Queue) run(ctx context.Context, job func(context.Context) error) {
 	}
 }
 
-// OpenWindow is how long after recording a recipient's open the same
-// process records none of theirs again. A mail client fetches the pixel
-// once per view, while anyone holding the image URL can fetch it in a loop:
-// each recorded open is a database write.
-const OpenWindow = time.Minute
+// RepeatWindow is how long after recording a recipient's open (or click of
+// one link) the same process records none of the same again. A mail client
+// fetches the pixel once per view, while anyone holding the image's or the
+// link's URL can fetch it in a loop: each recorded one is a database write.
+const RepeatWindow = time.Minute
 
-// maxRecentOpens bounds recentOpens; past it, entries older than the window
-// are dropped, and of the recent ones at most half are kept.
-const maxRecentOpens = 100_000
+// maxRecentTokens bounds recentTokens; past it, entries older than the
+// window are dropped, and of the recent ones at most half are kept.
+const maxRecentTokens = 100_000
 
-// recentOpens remembers when each recipient's open was last recorded.
-type recentOpens struct {
+// recentTokens remembers when each open or click token was last recorded.
+type recentTokens struct {
 	mu   sync.Mutex
 	seen map[tracktoken.Token]time.Time
 }
 
-// first reports whether an open of t at now is to be recorded, and notes it.
-func (o *recentOpens) first(t tracktoken.Token, now time.Time) bool {
+// first reports whether t at now is to be recorded, and notes it.
+func (o *recentTokens) first(t tracktoken.Token, now time.Time) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if at, ok := o.seen[t]; ok && now.Sub(at) < OpenWindow {
+	if at, ok := o.seen[t]; ok && now.Sub(at) < RepeatWindow {
 		return false
 	}
-	if o.seen == nil || len(o.seen) >= maxRecentOpens {
+	if o.seen == nil || len(o.seen) >= maxRecentTokens {
 		old := o.seen
 		o.seen = make(map[tracktoken.Token]time.Time)
 		for k, at := range old {
-			if now.Sub(at) < OpenWindow && len(o.seen) < maxRecentOpens/2 {
+			if now.Sub(at) < RepeatWindow && len(o.seen) < maxRecentTokens/2 {
 				o.seen[k] = at
 			}
 		}

@@ -257,7 +257,7 @@ func TestRoutes(t *testing.T) {
 		pixel := "/t/o/" + f.token(t, tracktoken.Open, 0, 0) + ".gif"
 		for i, path := range []string{pixel, "/t/o/garbage.gif", pixel, pixel, "later", pixel} {
 			if path == "later" {
-				f.later.Store(int64(tracking.OpenWindow))
+				f.later.Store(int64(tracking.RepeatWindow))
 				continue
 			}
 			res, body := f.do(t, "GET", path, "", "")
@@ -289,6 +289,21 @@ func TestRoutes(t *testing.T) {
 			}
 		}
 		testenv.Eventually(t, 10*time.Second, "the click recorded", func() bool { return f.events(t)["clicked bob@x.example"] == 1 })
+		// A click of the same link within the window is not written
+		// again (its event, removed here, stays away); after it, it is.
+		if _, err := f.st.DB.NewDelete().Model((*store.Event)(nil)).Where("event_type = ?", "clicked").Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if res, _ := f.do(t, "GET", click, "", ""); res.StatusCode != http.StatusFound {
+			t.Fatalf("a repeated click: %d", res.StatusCode)
+		}
+		time.Sleep(200 * time.Millisecond) // it would have been written by now
+		if n := f.events(t)["clicked bob@x.example"]; n != 0 {
+			t.Fatal("a click within the window was written again")
+		}
+		f.later.Add(int64(tracking.RepeatWindow))
+		f.do(t, "GET", click, "", "")
+		testenv.Eventually(t, 10*time.Second, "the click after the window recorded", func() bool { return f.events(t)["clicked bob@x.example"] == 1 })
 
 		// Forged, unknown, javascript: and foreign-host clicks: 404, no redirect.
 		tok := f.token(t, tracktoken.Click, 1, 0)
