@@ -80,8 +80,8 @@ func TestQueuedEventsHoldACutUserAgent(t *testing.T) {
 	}
 	id := uuid.MustParse(e.ID)
 
-	// Opens of one recipient are recorded once a minute: each request
-	// opens for a recipient of its own.
+	// Opens and clicks of one token are recorded once a minute: each
+	// request is for a recipient of its own.
 	for _, route := range []struct {
 		name string
 		path func(i int) string
@@ -89,7 +89,9 @@ func TestQueuedEventsHoldACutUserAgent(t *testing.T) {
 		{"open", func(i int) string {
 			return OpenPath + k.MustMint(tracktoken.Token{Kind: tracktoken.Open, EmailID: id, Recipient: i}) + pixelSuffix
 		}},
-		{"click", func(int) string { return ClickPath + k.MustMint(tracktoken.Token{Kind: tracktoken.Click, EmailID: id}) }},
+		{"click", func(i int) string {
+			return ClickPath + k.MustMint(tracktoken.Token{Kind: tracktoken.Click, EmailID: id, Recipient: i})
+		}},
 	} {
 		t.Run(route.name, func(t *testing.T) {
 			const n = 200
