@@ -38,15 +38,22 @@ func newPolicy(allowed func(ctx context.Context, host string) (bool, error)) *po
 // allow reports whether host (normalized) is a verified custom tracking
 // domain.
 func (p *policy) allow(ctx context.Context, host string) (bool, error) {
+	return inTurn(ctx, p, func(ctx context.Context) (bool, error) { return p.allowed(ctx, host) })
+}
+
+// inTurn runs lookup, a database query, in one of the policy's turns,
+// within lookupTimeout.
+func inTurn[T any](ctx context.Context, p *policy, lookup func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	defer cancel()
 	select {
 	case p.turns <- struct{}{}:
 	case <-ctx.Done():
-		return false, fmt.Errorf("waiting for a turn to ask: %w", ctx.Err())
+		var zero T
+		return zero, fmt.Errorf("waiting for a turn to ask: %w", ctx.Err())
 	}
 	defer func() { <-p.turns }()
-	return p.allowed(ctx, host)
+	return lookup(ctx)
 }
 
 // hostPolicy is autocert's check before it serves or orders a certificate
@@ -78,12 +85,24 @@ func (p *policy) hostPolicy(ctx context.Context, host string) error {
 // Dropped, the renewal keeps the certificate in memory, where no handshake
 // gets it (HostPolicy refuses the name), until the next renewal is due.
 //
-// Get is left alone: in a handshake HostPolicy has just accepted the name,
-// and autocert calls Get holding the lock every handshake takes, so a
-// query there would hold up all of them.
+// Get of a certificate is left alone: in a handshake HostPolicy has just
+// accepted the name, and autocert calls Get holding the lock every
+// handshake takes, so a query there would hold up all of them. Get of a
+// challenge certificate ("name+token") is another matter: autocert asks for
+// one, before and without HostPolicy, in every handshake that offers only
+// the acme-tls/1 protocol, whatever its name; it takes a turn of the
+// policy's lookups, so that a flood of those waits its turn too.
 type policyCache struct {
 	autocert.Cache
 	policy *policy
+}
+
+// Get reads key from the cache, a challenge certificate in a turn.
+func (c policyCache) Get(ctx context.Context, key string) ([]byte, error) {
+	if !strings.HasSuffix(key, "+token") {
+		return c.Cache.Get(ctx, key)
+	}
+	return inTurn(ctx, c.policy, func(ctx context.Context) ([]byte, error) { return c.Cache.Get(ctx, key) })
 }
 
 // Put stores data at key unless key is a certificate (autocert's keys

@@ -2,12 +2,15 @@ package trackingtls
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/acme"
 	"golang.org/x/crypto/acme/autocert"
 )
 
@@ -199,5 +202,48 @@ func TestManagerCacheRefusesRemovedNames(t *testing.T) {
 	// Get is the cache's own.
 	if d, err := m.Cache.Get(ctx, "track.shop.example"); err != nil || string(d) != "pem of track.shop.example" {
 		t.Fatalf("Get: %q %v", d, err)
+	}
+}
+
+// blockingCache counts the Gets in flight and holds each until released.
+type blockingCache struct {
+	memCache
+	inFlight, most atomic.Int32
+	release        chan struct{}
+}
+
+func (c *blockingCache) Get(ctx context.Context, key string) ([]byte, error) {
+	n := c.inFlight.Add(1)
+	defer c.inFlight.Add(-1)
+	for m := c.most.Load(); n > m && !c.most.CompareAndSwap(m, n); m = c.most.Load() {
+	}
+	<-c.release
+	return c.memCache.Get(ctx, key)
+}
+
+// A handshake that offers only acme-tls/1 makes autocert read a challenge
+// certificate from the cache for any name, without HostPolicy: a flood of
+// them reads in the policy's turns, maxLookups at a time, not as many
+// database queries as handshakes.
+func TestChallengeCertificateReadsTakeTurns(t *testing.T) {
+	cache := &blockingCache{memCache: memCache{m: map[string][]byte{}}, release: make(chan struct{})}
+	m, err := NewManager(Options{Allowed: newAsker().allowed, Cache: cache})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 3 * maxLookups {
+		wg.Go(func() {
+			_, _ = m.GetCertificate(&tls.ClientHelloInfo{ServerName: fmt.Sprintf("made-up-%d.example", i), SupportedProtos: []string{acme.ALPNProto}})
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := cache.inFlight.Load(); n != maxLookups {
+		t.Errorf("%d cache reads at once, want %d", n, maxLookups)
+	}
+	close(cache.release)
+	wg.Wait()
+	if most := cache.most.Load(); most > maxLookups {
+		t.Errorf("at most %d cache reads at once, want %d", most, maxLookups)
 	}
 }
