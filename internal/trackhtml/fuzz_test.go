@@ -56,6 +56,11 @@ func FuzzRewrite(f *testing.F) {
 		if !bytes.Equal(bare.HTML, in) {
 			t.Fatalf("Params{} changed the input:\n%q\n%q", in, bare.HTML)
 		}
+		// A part in another charset goes through the Private Use Area
+		// and comes back byte for byte.
+		if legacy, err := Rewrite(in, Params{NotUTF8: true}); err != nil || !bytes.Equal(legacy.HTML, in) {
+			t.Fatalf("Params{NotUTF8: true} changed the input (%v):\n%q\n%q", err, in, legacy.HTML)
+		}
 		if !slices.Equal(res.Links, bare.Links) {
 			t.Fatalf("links depend on Params: %q, %q", res.Links, bare.Links)
 		}

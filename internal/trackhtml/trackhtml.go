@@ -107,12 +107,18 @@ func Rewrite(src []byte, p Params) (Result, error) {
 			r.unsubTextGuarded = append(fmt.Appendf(nil, "&#%d;", c), r.unsubText[1:]...)
 		}
 	}
+	if p.NotUTF8 {
+		src = legacyToPrivateUse(src)
+	}
 	if err := r.run(src); err != nil {
 		return Result{}, err
 	}
 	out := r.out.Bytes()
 	if p.PixelURL != "" {
 		out = r.addPixel(out)
+	}
+	if p.NotUTF8 {
+		out = privateUseToLegacy(out)
 	}
 	return Result{HTML: out, Links: r.links}, nil
 }
@@ -347,13 +353,54 @@ func isRawText(name string) bool {
 	return false
 }
 
+// A part in another charset (Params.NotUTF8) is rewritten with each of its
+// bytes 0x80-0xFF standing for itself as a character of the Private Use
+// Area, U+F780-U+F7FF, and turned back after. Its own bytes then never
+// look like anything else: taken as they are, the charset's bytes that
+// happen to be valid UTF-8 (GB2312's CA B1, "时") could not be told from
+// a character reference the tokenizer decoded (&eacute;), which must be
+// written back as a reference.
+const legacyBase = 0xF700
+
+func isLegacyByte(r rune) bool { return r >= legacyBase+0x80 && r <= legacyBase+0xFF }
+
+// legacyToPrivateUse maps each byte 0x80-0xFF of src to its character.
+func legacyToPrivateUse(src []byte) []byte {
+	out := make([]byte, 0, len(src)+len(src)/4)
+	for _, c := range src {
+		if c < utf8.RuneSelf {
+			out = append(out, c)
+		} else {
+			out = utf8.AppendRune(out, legacyBase+rune(c))
+		}
+	}
+	return out
+}
+
+// privateUseToLegacy turns the characters of legacyToPrivateUse back into
+// their bytes.
+func privateUseToLegacy(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if isLegacyByte(r) {
+			out = append(out, byte(r-legacyBase))
+		} else {
+			out = append(out, b[i:i+size]...)
+		}
+		i += size
+	}
+	return out
+}
+
 // nonASCIIAsReferences writes each non-ASCII character of s that is valid
-// UTF-8 as a numeric character reference, and keeps every other byte.
+// UTF-8 as a numeric character reference, and keeps every other byte and
+// the characters that stand for a part's own bytes (legacyToPrivateUse).
 func nonASCIIAsReferences(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
-		if r >= utf8.RuneSelf && !(r == utf8.RuneError && size == 1) {
+		if r >= utf8.RuneSelf && !(r == utf8.RuneError && size == 1) && !isLegacyByte(r) {
 			b.WriteString("&#" + strconv.Itoa(int(r)) + ";")
 		} else {
 			b.WriteString(s[i : i+size])

@@ -237,6 +237,15 @@ func TestNotUTF8AttributesKeepTheirCharacters(t *testing.T) {
 	if err != nil || string(res.HTML) != want {
 		t.Errorf("got %q, %v; want %q", res.HTML, err, want)
 	}
+	// The charset's bytes that happen to be valid UTF-8 (GB2312's
+	// "时间", CA B1 BC E4; KOI8-R's "ещё", C5 DD A3) stay as they were too.
+	in = "<a href=\"https://x.example/\" title=\"\xca\xb1\xbc\xe4\" style=\"font-family:\xce\xa2\xc8\xed\" alt=\"\xc5\xdd\xa3\">\xca\xb1</a>"
+	res, err = Rewrite([]byte(in), Params{ClickURL: clickURL, NotUTF8: true, PixelURL: "https://t.example/o.gif"})
+	want = "<a href=\"https://t.example/c/0\" title=\"\xca\xb1\xbc\xe4\" style=\"font-family:\xce\xa2\xc8\xed\" alt=\"\xc5\xdd\xa3\">\xca\xb1</a>" +
+		"<img src=\"https://t.example/o.gif\" width=\"1\" height=\"1\" alt=\"\">"
+	if err != nil || string(res.HTML) != want {
+		t.Errorf("got %q, %v; want %q", res.HTML, err, want)
+	}
 }
 
 func TestMaxLinks(t *testing.T) {
