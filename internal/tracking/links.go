@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -121,9 +122,13 @@ func (l *Links) Personalize(raw []byte, base string, s Settings, emailID uuid.UU
 			// RFC 8058: both fields, and the signature covers them
 			// (mailmsg.Sign lists them in h= when present).
 			mailto := "mailto:" + bouncetag.UnsubscribeAddress(unsubscribeToken, l.BounceHost)
-			msg, err = trackmime.PrependFields(msg,
-				"List-Unsubscribe: <"+unsubscribeURL+">, <"+mailto+">",
-				"List-Unsubscribe-Post: List-Unsubscribe=One-Click")
+			fields := []string{"List-Unsubscribe: <" + unsubscribeURL + ">, <" + mailto + ">"}
+			// One-click is for an https URL only (RFC 8058 §3.1): over
+			// http (a tracking URL for development) receivers ignore it.
+			if strings.HasPrefix(unsubscribeURL, "https://") {
+				fields = append(fields, "List-Unsubscribe-Post: List-Unsubscribe=One-Click")
+			}
+			msg, err = trackmime.PrependFields(msg, fields...)
 			if err != nil {
 				return Personalized{}, fmt.Errorf("tracking: %w", err)
 			}

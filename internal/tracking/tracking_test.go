@@ -106,6 +106,16 @@ func TestPersonalizeSignsTheListHeaders(t *testing.T) {
 	if m.Header.Get("List-Unsubscribe-Post") != "List-Unsubscribe=One-Click" {
 		t.Fatal("no List-Unsubscribe-Post")
 	}
+	// Over http (a tracking URL for development) there is no one-click,
+	// which RFC 8058 allows for https only.
+	plain, err := l.Personalize(raw, "http://t.mailyard.test", settings, id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pm, err := mail.ReadMessage(bytes.NewReader(plain.Message)); err != nil ||
+		pm.Header.Get("List-Unsubscribe-Post") != "" || !strings.HasPrefix(pm.Header.Get("List-Unsubscribe"), "<http://t.mailyard.test/t/u/") {
+		t.Fatalf("over http: %v %v", pm.Header, err)
+	}
 	unsubscribeURL := strings.TrimPrefix(strings.SplitN(lu, ">", 2)[0], "<")
 	text, htmlPart := parts(t, m)
 	if text != "Unsubscribe: "+unsubscribeURL {
