@@ -218,7 +218,7 @@ func (s *Server) registerEmails() {
 	register(s, huma.Operation{
 		OperationID: "cancel-email", Method: http.MethodPost, Path: "/api/v1/emails/{id}/cancel",
 		Summary: "Cancel email", Tags: tags,
-		Description: "Cancels a scheduled email: nothing is sent and its content is erased; status canceled. Once its sending has begun (or for an email that was not scheduled): 409 email_not_scheduled.",
+		Description: "Cancels a scheduled email: nothing is sent and its content is erased; status canceled. A cancel of an email already canceled answers it again. Once its sending has begun (or for an email that was not scheduled): 409 email_not_scheduled.",
 		Metadata:    map[string]any{permissionMetadata: PermissionSend},
 		Errors:      []int{http.StatusNotFound, http.StatusConflict},
 	}, s.cancelEmail)
@@ -480,29 +480,37 @@ func (s *Server) cancelEmail(ctx context.Context, in *EmailIDInput) (*Response[E
 // updateScheduled sends an update to a scheduled email's workflow and
 // answers the email as it then stands. A refusal (sending has begun, the
 // email was never scheduled, its workflow has ended) is 409
-// email_not_scheduled.
+// email_not_scheduled, but for a cancel of an email already canceled,
+// which answers the email again: a client whose first cancel got no answer
+// may send it again. A scheduled email stored and answered whose workflow
+// has not started yet (its start failed; the sweep would start it) gets
+// its workflow started first: refused, the cancel would be followed by the
+// sweep's start, and the email sent.
 func (s *Server) updateScheduled(ctx context.Context, id, update string, args ...any) (*Response[EmailData], error) {
 	id, ok := canonicalUUID(id)
 	if !ok {
 		return nil, apperr.NotFoundf("email")
 	}
 	scope := emailScope(principalFrom(ctx))
-	if _, _, err := s.store.EmailInScope(ctx, scope, id); err != nil {
+	e, _, err := s.store.EmailInScope(ctx, scope, id)
+	if err != nil {
 		return nil, err
 	}
-	uctx, cancel := context.WithTimeout(ctx, s.startTimeout)
-	defer cancel()
-	h, err := s.temporal.UpdateWorkflow(uctx, client.UpdateWorkflowOptions{
-		WorkflowID: email.WorkflowID(id), UpdateName: update, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err == nil {
-		err = h.Get(uctx, nil)
+	err = s.askWorkflow(ctx, id, update, args)
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) && e.Answered && e.Status == store.EmailScheduled {
+		if err := s.startEmail(ctx, e); err != nil {
+			return nil, err
+		}
+		err = s.askWorkflow(ctx, id, update, args)
 	}
 	var app *temporal.ApplicationError
-	var notFound *serviceerror.NotFound
 	switch {
 	case errors.As(err, &app) && app.Type() == email.NotScheduledError, errors.As(err, &notFound):
-		return nil, newError(CodeEmailNotScheduled, "the email is not scheduled, or its sending has begun")
+		now, _, readErr := s.store.EmailInScope(ctx, scope, id)
+		if readErr != nil || update != email.CancelUpdate || now.Status != store.EmailCanceled {
+			return nil, newError(CodeEmailNotScheduled, "the email is not scheduled, or its sending has begun")
+		}
 	case err != nil:
 		return nil, err
 	}
@@ -511,6 +519,19 @@ func (s *Server) updateScheduled(ctx context.Context, id, update string, args ..
 		return nil, err
 	}
 	return respond(EmailData{Email: emailFromStore(e, recipients)}), nil
+}
+
+// askWorkflow sends update to the email's workflow and waits for its answer.
+func (s *Server) askWorkflow(ctx context.Context, id, update string, args []any) error {
+	uctx, cancel := context.WithTimeout(ctx, s.startTimeout)
+	defer cancel()
+	h, err := s.temporal.UpdateWorkflow(uctx, client.UpdateWorkflowOptions{
+		WorkflowID: email.WorkflowID(id), UpdateName: update, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err != nil {
+		return err
+	}
+	return h.Get(uctx, nil)
 }
 
 // startEmail starts the email's workflow with the schedule and retention in

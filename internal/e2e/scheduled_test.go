@@ -2,19 +2,25 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/workflowservice/v1"
+
 	"github.com/mailyard/mailyard/internal/testenv"
 )
 
 // Scheduled and batch sending through the real processes, in real time: an
 // email scheduled 3 s ahead is scheduled, then delivered after its time; a
-// rescheduled one moves; a canceled one sends nothing; a second cancel and a
-// reschedule after sending are 409 email_not_scheduled; a batch of 100 is
+// rescheduled one moves; a canceled one sends nothing, and a second cancel
+// answers it again; a cancel or reschedule after sending is 409
+// email_not_scheduled; a cancel of an email whose workflow never started
+// starts it to cancel it; a batch of 100 is
 // stored at once and all delivered, and an invalid batch sends nothing.
 func TestScheduledAndBatchSending(t *testing.T) {
 	t.Parallel()
@@ -65,11 +71,38 @@ func TestScheduledAndBatchSending(t *testing.T) {
 	if len(mx.received("canceled@rcpt.example")) != 0 || get(canceled).Status != "canceled" {
 		t.Fatal("a canceled email was sent")
 	}
-	for _, call := range []struct{ method, path string }{{"POST", "/api/v1/emails/" + canceled + "/cancel"}, {"PATCH", "/api/v1/emails/" + moved}} {
+	// A second cancel answers the canceled email again (a client whose
+	// first got no answer sends it again); moving or canceling a sent
+	// email is refused.
+	if got := api.cancelEmail(canceled); got != "canceled" {
+		t.Fatalf("canceled again: %v", got)
+	}
+	for _, call := range []struct{ method, path string }{{"POST", "/api/v1/emails/" + moved + "/cancel"}, {"PATCH", "/api/v1/emails/" + moved}} {
 		if status, code, e := api.refused(call.method, call.path, map[string]any{"scheduled_at": time.Now().Add(time.Hour).Format(time.RFC3339)}); status != 409 ||
 			code != "email_not_scheduled" {
 			t.Fatalf("%s %s: %d %s", call.method, call.path, status, e)
 		}
+	}
+	// A scheduled email answered whose workflow is not there (a batch's
+	// starts ran out of time, and the sweep has not started it yet; here
+	// its run is deleted) is canceled all the same: its workflow is
+	// started to be asked, and the sweep finds nothing left to send.
+	unstarted := api.sendBatch([]map[string]any{body("unstarted@rcpt.example", time.Now().Add(3*time.Second).Format(time.RFC3339Nano))})[0].ID
+	if _, err := s.temporalC.WorkflowService().DeleteWorkflowExecution(context.Background(), &workflowservice.DeleteWorkflowExecutionRequest{
+		Namespace: s.namespace, WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: "email-delivery:" + unstarted},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the run deleted", func() bool {
+		_, err := s.temporalC.DescribeWorkflowExecution(context.Background(), "email-delivery:"+unstarted, "")
+		return err != nil
+	})
+	if got := api.cancelEmail(unstarted); got != "canceled" {
+		t.Fatalf("an email without its workflow: %v", got)
+	}
+	time.Sleep(4 * time.Second)
+	if len(mx.received("unstarted@rcpt.example")) != 0 || get(unstarted).Status != "canceled" {
+		t.Fatal("an email canceled before its workflow started was sent")
 	}
 	// Validation of scheduled_at.
 	for at, want := range map[string]string{
@@ -97,8 +130,8 @@ func TestScheduledAndBatchSending(t *testing.T) {
 		t.Fatalf("101 items: %d", status)
 	}
 	before := len(api.emails("?limit=100").Emails)
-	if before != 3 {
-		t.Fatalf("%d emails after invalid batches, want the 3 scheduled ones", before)
+	if before != 4 {
+		t.Fatalf("%d emails after invalid batches, want the 4 scheduled ones", before)
 	}
 	// The answer comes once every workflow of the batch has started.
 	began := time.Now()
@@ -132,8 +165,8 @@ func TestScheduledAndBatchSending(t *testing.T) {
 		}
 		cursor = "&cursor=" + page.NextCursor
 	}
-	if n != 3+100+3 {
-		t.Fatalf("%d emails after a keyed batch sent twice, want %d", n, 3+100+3)
+	if n != 4+100+3 {
+		t.Fatalf("%d emails after a keyed batch sent twice, want %d", n, 4+100+3)
 	}
 	testenv.Eventually(t, 2*time.Minute, "the batch delivered", func() bool {
 		for i := range items {
