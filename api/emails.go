@@ -383,6 +383,10 @@ func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[Q
 			if e.Answered {
 				return answer(), nil
 			}
+			// Not "nothing was sent": a start whose answer only was
+			// lost leaves a workflow, and the sweep then sends the email.
+			return nil, newError(CodeUnavailable, "the email could not be queued for certain and may still be sent; "+
+				"send requests with an Idempotency-Key to retry them safely")
 		} else if uerr := s.undoAnswerInTx(undo); uerr != nil {
 			s.logger.ErrorContext(ctx, "forget the answer of a removed email", "email_id", e.ID, "error", uerr)
 		}
