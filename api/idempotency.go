@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -59,9 +60,11 @@ type storedAnswer struct {
 }
 
 // RequestFingerprint is what identifies a request for its idempotency key:
-// SHA-256 over method, path and body.
-func RequestFingerprint(method, path string, body []byte) []byte {
+// SHA-256 over the API key's id, method, path and body.
+func RequestFingerprint(keyID int64, method, path string, body []byte) []byte {
 	h := sha256.New()
+	h.Write(strconv.AppendInt(nil, keyID, 10))
+	h.Write([]byte{0})
 	h.Write([]byte(method))
 	h.Write([]byte{0})
 	h.Write([]byte(path))
@@ -134,9 +137,14 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 		fail(err)
 		return
 	}
-	orgID := principalFrom(ctx.Context()).OrganizationID
+	p := principalFrom(ctx.Context())
+	orgID := p.OrganizationID
 	url := ctx.URL()
-	fingerprint := RequestFingerprint(op.Method, url.Path, body)
+	// The key is the organization's, the request the API key's: another
+	// API key of the organization that sends the same Idempotency-Key
+	// (one scoped to another domain, say) is refused, never replayed an
+	// answer it may not see.
+	fingerprint := RequestFingerprint(p.KeyID, op.Method, url.Path, body)
 	binding := store.IdempotencyBinding(orgID, key)
 
 	deadline := time.Now().Add(s.idempotencyWait)

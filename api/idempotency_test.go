@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mailyard/mailyard/api"
+	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/testenv"
 )
@@ -195,7 +196,11 @@ func TestIdempotencyKeyRules(t *testing.T) {
 	// and, past the wait, answers 409.
 	ctx := context.Background()
 	slow := h.secondServer(300 * time.Millisecond)
-	fp := api.RequestFingerprint("POST", "/api/v1/webhooks", []byte(webhookBody))
+	admin, err := h.store.ActiveAPIKeyByDigest(ctx, keys.Digest(h.adminKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := api.RequestFingerprint(admin.ID, "POST", "/api/v1/webhooks", []byte(webhookBody))
 	if row, err := h.store.ClaimIdempotencyKey(ctx, h.orgID, "busy", fp, time.Minute, 24*time.Hour); err != nil || row != nil {
 		t.Fatalf("claim: %v %v", row, err)
 	}
@@ -230,6 +235,29 @@ func TestIdempotencyKeyRules(t *testing.T) {
 // An Idempotency-Key works on a body of any size the operation accepts:
 // Send email takes up to 10 MiB, far over the 64 KiB of other routes, and
 // the key must neither cut such a body nor let one over the limit through.
+// An Idempotency-Key is the organization's, its answer the API key's: the
+// same request with the same key from another API key of the organization
+// (here one scoped to another domain, which may not see the first one's
+// email) is refused, never replayed the first answer.
+func TestIdempotentAnswerIsNotReplayedToAnotherKey(t *testing.T) {
+	h := newHarness(t)
+	shop := h.domainInStatus(h.orgID, "shop.example", store.DomainVerified)
+	news := h.domainInStatus(h.orgID, "news.example", store.DomainVerified)
+	_, shopKey := h.issueCredential(h.adminKey, shop, "shop", "send")
+	_, newsKey := h.issueCredential(h.adminKey, news, "news", "send")
+	body := map[string]any{"from": "hello@shop.example", "to": "ada@example.org", "subject": "Private", "text": "hello"}
+	first := h.doAt(h.srv.URL, "POST", "/api/v1/emails", shopKey, body, idemKey("order-42"))
+	first.data(t, 202)
+	again := h.doAt(h.srv.URL, "POST", "/api/v1/emails", newsKey, body, idemKey("order-42"))
+	again.expectError(t, 422, "idempotency_key_reused")
+	if again.Header.Get("Idempotent-Replayed") != "" || strings.Contains(string(again.Raw), "Private") {
+		t.Fatalf("another key got the first answer: %s", again.Raw)
+	}
+	if r := h.doAt(h.srv.URL, "POST", "/api/v1/emails", shopKey, body, idemKey("order-42")); r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the same key's retry: %d %v", r.Status, r.Header)
+	}
+}
+
 func TestIdempotentSendOfALargeEmail(t *testing.T) {
 	h := newHarness(t)
 	domainID := h.domainInStatus(h.orgID, "large.example", store.DomainVerified)
