@@ -718,20 +718,20 @@ func (c *Config) String() string {
 	return b.String()
 }
 
-// RedactURL hides a password in a database URL.
-func RedactURL(u string) string {
-	scheme, rest, ok := strings.Cut(u, "://")
-	if !ok {
-		return u
+// RedactURL hides a password in a database URL, read as the driver reads it
+// (net/url: the user information ends at the last "@" before the host, so a
+// password may hold "@"). A value that is not a URL is hidden whole.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return masked(true)
 	}
-	creds, host, ok := strings.Cut(rest, "@")
-	if !ok {
-		return u
+	if _, hasPassword := u.User.Password(); !hasPassword {
+		return raw
 	}
-	if user, _, hasPass := strings.Cut(creds, ":"); hasPass {
-		return scheme + "://" + user + ":***@" + host
-	}
-	return u
+	// Redacted writes the password as "xxxxx"; shown as the other
+	// secrets' "***" (url.UserPassword would escape the asterisks).
+	return strings.Replace(u.Redacted(), ":xxxxx@", ":***@", 1)
 }
 
 // IsLoopback reports whether addr is host:port on a loopback address.

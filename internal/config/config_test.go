@@ -338,3 +338,19 @@ func TestDNSRateLimit(t *testing.T) {
 		}
 	}
 }
+
+// The database URL is printed with its password hidden, read as the driver
+// reads it: a password may hold "@" (the user information ends at the last
+// one), and before, what followed the first "@" was printed.
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://mailyard:S3cr@tP4ss@db:5432/x?sslmode=disable": "postgres://mailyard:***@db:5432/x?sslmode=disable",
+		"postgres://mailyard@db/x":                                 "postgres://mailyard@db/x",
+		"postgres://db/x":                                          "postgres://db/x",
+		"postgres://u:p%zz@db/x":                                   "(set)",
+	} {
+		if got := RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
