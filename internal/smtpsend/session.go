@@ -59,7 +59,10 @@ func sessionOutcome(ctx context.Context, srv server, err error) outcome {
 		return outcome{status: Deferred, code: code, message: fmt.Sprintf("%s: %s: %d %s", srv.where, step, code, text)}
 	}
 	if errors.Is(err, egress.ErrBlockedAddress) {
-		return deferred("%s: %s: refused: %v (private networks are not allowed for MX delivery)", srv.where, step, err)
+		// The exchanger by name only: its address is what the name
+		// resolves to inside Mailyard's network, which the customer who
+		// chose the MX record must not learn from the deferral.
+		return deferred("%s: %s: refused: %v (private networks are not allowed for MX delivery)", srv.host, step, egress.ErrBlockedAddress)
 	}
 	return deferred("%s", describe(ctx, srv.where, step, err))
 }

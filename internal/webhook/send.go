@@ -126,11 +126,10 @@ func describeError(err error, timeout time.Duration) string {
 	var netErr net.Error
 	switch {
 	case errors.Is(err, egress.ErrBlockedAddress):
-		var opErr *net.OpError
-		if errors.As(err, &opErr) && opErr.Err != nil {
-			err = opErr.Err
-		}
-		return "refused to connect: " + err.Error()
+		// Without the address: it is what the host name resolves to
+		// inside Mailyard's network, which the log must not map out for
+		// whoever chose the URL (an internal service's name, say).
+		return "refused to connect: " + egress.ErrBlockedAddress.Error()
 	case errors.Is(err, context.Canceled):
 		return "attempt canceled"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
