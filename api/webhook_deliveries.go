@@ -16,6 +16,7 @@ import (
 	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/webhook"
+	"github.com/mailyard/mailyard/workflows/delivery"
 )
 
 // Delivery is one event on its way to one webhook, with its attempts.
@@ -163,14 +164,25 @@ func (s *Server) testWebhook(ctx context.Context, in *TestWebhookInput) (*Respon
 	}
 	// Nothing was sent if the series could not start: the delivery is taken
 	// back, so that the client's retry is the test event, not a second one
-	// beside a pending delivery that nothing starts.
+	// beside a pending delivery that nothing starts. But a start whose
+	// answer only was lost (a time-out) has a series, which may be sending
+	// the event now: that delivery is answered, as it would have been.
+	answer := respond(DeliveryData{Delivery: deliveryFromStore(d, store.AttemptLog{})})
 	if err := s.deliveries.StartFirst(ctx, []string{id}); err != nil {
-		if _, derr := s.store.DeleteUnattemptedDelivery(context.WithoutCancel(ctx), id); derr != nil {
+		undo := context.WithoutCancel(ctx)
+		if exists, _, rerr := s.runOf(undo, delivery.WorkflowID(id)); rerr == nil && exists {
+			return answer, nil
+		}
+		deleted, derr := s.store.DeleteUnattemptedDelivery(undo, id)
+		switch {
+		case derr != nil:
 			s.logger.ErrorContext(ctx, "removing a test delivery whose series did not start", "delivery_id", id, "error", derr)
+		case !deleted:
+			return answer, nil // attempted: its series did start
 		}
 		return nil, err
 	}
-	return respond(DeliveryData{Delivery: deliveryFromStore(d, store.AttemptLog{})}), nil
+	return answer, nil
 }
 
 func (s *Server) listDeliveries(ctx context.Context, in *ListDeliveriesInput) (*Response[DeliveryPage], error) {
