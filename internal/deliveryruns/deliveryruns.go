@@ -176,17 +176,39 @@ func (r *Runs) CancelInBackground(ids []string) {
 	if len(ids) == 0 {
 		return
 	}
+	stopped := time.Now()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		for _, id := range ids {
-			err := r.Temporal.CancelWorkflow(ctx, delivery.WorkflowID(id), "")
-			var notFound *serviceerror.NotFound
-			if err != nil && !errors.As(err, &notFound) && r.Logger != nil {
-				r.Logger.Warn("cancel delivery workflow", "delivery_id", id, "error", err)
-			}
-		}
+		r.cancelStartedBefore(ctx, ids, stopped)
 	}()
+}
+
+// cancelStartedBefore cancels the open run of each delivery that started
+// before stopped, by its run id. A run started since is a new series (the
+// webhook enabled again and the delivery retried or recovered, while a
+// long list was still being canceled): canceled by workflow id alone, it
+// would leave the delivery pending with nothing to send it.
+func (r *Runs) cancelStartedBefore(ctx context.Context, ids []string, stopped time.Time) {
+	for _, id := range ids {
+		err := r.cancelIfStartedBefore(ctx, delivery.WorkflowID(id), stopped)
+		var notFound *serviceerror.NotFound
+		if err != nil && !errors.As(err, &notFound) && r.Logger != nil {
+			r.Logger.Warn("cancel delivery workflow", "delivery_id", id, "error", err)
+		}
+	}
+}
+
+func (r *Runs) cancelIfStartedBefore(ctx context.Context, workflowID string, stopped time.Time) error {
+	desc, err := r.Temporal.DescribeWorkflowExecution(ctx, workflowID, "")
+	if err != nil {
+		return err
+	}
+	info := desc.GetWorkflowExecutionInfo()
+	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || info.GetStartTime().AsTime().After(stopped) {
+		return nil
+	}
+	return r.Temporal.CancelWorkflow(ctx, workflowID, info.GetExecution().GetRunId())
 }
 
 func (r *Runs) starting(id string, o store.DeliveryOwner, mode delivery.StartMode) delivery.Starting {
