@@ -20,19 +20,7 @@ import (
 // running workflows fails here and needs workflow.GetVersion.
 func ReplayHistories(t *testing.T, pattern string, min int, wf any, name string) {
 	t.Helper()
-	files, err := filepath.Glob(pattern)
-	if err != nil || len(files) < min {
-		t.Fatalf("recorded histories %s: %v %v (want at least %d)", pattern, files, err, min)
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			r := worker.NewWorkflowReplayer()
-			r.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{Name: name})
-			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
-				t.Fatalf("replay: %v", err)
-			}
-		})
-	}
+	replayEach(t, pattern, min, wf, name, func(*historypb.History) {})
 }
 
 // ReplayHistoriesWithInput is ReplayHistories with each history's input
@@ -40,6 +28,25 @@ func ReplayHistories(t *testing.T, pattern string, min int, wf any, name string)
 // something new into the input) and made by a worker of before, replayed by
 // the current code. In is the workflow's input type.
 func ReplayHistoriesWithInput[In any](t *testing.T, pattern string, min int, wf any, name string, edit func(*In)) {
+	t.Helper()
+	replayEach(t, pattern, min, wf, name, func(h *historypb.History) {
+		payload := h.Events[0].GetWorkflowExecutionStartedEventAttributes().GetInput().GetPayloads()[0]
+		var in In
+		if err := json.Unmarshal(payload.Data, &in); err != nil {
+			t.Fatal(err)
+		}
+		edit(&in)
+		data, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		payload.Data = data
+	})
+}
+
+// replayEach replays, in a subtest each, the histories matching pattern,
+// each changed by change first.
+func replayEach(t *testing.T, pattern string, min int, wf any, name string, change func(*historypb.History)) {
 	t.Helper()
 	files, err := filepath.Glob(pattern)
 	if err != nil || len(files) < min {
@@ -55,19 +62,11 @@ func ReplayHistoriesWithInput[In any](t *testing.T, pattern string, min int, wf 
 			if err := protojson.Unmarshal(raw, &h); err != nil {
 				t.Fatal(err)
 			}
-			payload := h.Events[0].GetWorkflowExecutionStartedEventAttributes().GetInput().GetPayloads()[0]
-			var in In
-			if err := json.Unmarshal(payload.Data, &in); err != nil {
-				t.Fatal(err)
-			}
-			edit(&in)
-			if payload.Data, err = json.Marshal(in); err != nil {
-				t.Fatal(err)
-			}
+			change(&h)
 			r := worker.NewWorkflowReplayer()
 			r.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{Name: name})
 			if err := r.ReplayWorkflowHistory(nil, &h); err != nil {
-				t.Fatalf("replay with the edited input: %v", err)
+				t.Fatalf("replay: %v", err)
 			}
 		})
 	}
