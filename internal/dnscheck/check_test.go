@@ -35,6 +35,11 @@ var customerZone = []string{
 	"mail.upper.test. 300 IN TXT \"V=SPF1 +INCLUDE:spf.mailyard.test -all\"",
 	"mail.wrong.test. 300 IN TXT \"v=spf1 include:spf.other-provider.test ~all\"",
 	"mail.softfail.test. 300 IN TXT \"v=spf1 ~include:spf.mailyard.test -all\"",
+	"mail.allfirst.test. 300 IN TXT \"v=spf1 -all include:spf.mailyard.test\"",
+	"mail.lowpref.test. 300 IN MX 90 bounces.mailyard.test.",
+	"mail.lowpref.test. 300 IN MX 10 mx.provider.test.",
+	"mail.tie.test. 300 IN MX 10 bounces.mailyard.test.",
+	"mail.tie.test. 300 IN MX 10 mx.provider.test.",
 	"mail.twospf.test. 300 IN TXT \"v=spf1 include:spf.mailyard.test ~all\"",
 	"mail.twospf.test. 300 IN TXT \"v=spf1 include:_spf.google.com -all\"",
 	"mail.prefix.test. 300 IN TXT \"v=spf10 include:spf.mailyard.test\"",
@@ -231,6 +236,7 @@ func TestCheck(t *testing.T) {
 		}},
 		{"spf mismatch", Expectation{KindSPF, "mail.wrong.test", spfHost}, StatusMismatch, []string{"v=spf1 include:spf.other-provider.test ~all"}},
 		{"spf softfail include is no pass", Expectation{KindSPF, "mail.softfail.test", spfHost}, StatusMismatch, []string{"v=spf1 ~include:spf.mailyard.test -all"}},
+		{"an include after all is never evaluated", Expectation{KindSPF, "mail.allfirst.test", spfHost}, StatusMismatch, []string{"v=spf1 -all include:spf.mailyard.test"}},
 		{"two spf records are a permanent error", Expectation{KindSPF, "mail.twospf.test", spfHost}, StatusMismatch, []string{
 			"v=spf1 include:_spf.google.com -all", "v=spf1 include:spf.mailyard.test ~all",
 		}},
@@ -246,6 +252,10 @@ func TestCheck(t *testing.T) {
 		{"mx through a CNAME", Expectation{KindMX, "mail.alias.test.", "BOUNCES.mailyard.test."}, StatusVerified, []string{"10 Bounces.Mailyard.Test", "20 backup.other.test"}},
 		{"mx mismatch", Expectation{KindMX, "mail.wrong.test", bounceHost}, StatusMismatch, []string{"10 mx.other-provider.test", "5 bounces.mailyard.test.other.test"}},
 		{"null mx", Expectation{KindMX, "mail.null.test", bounceHost}, StatusMismatch, []string{"0 ."}},
+		// Bounces go to the most preferred exchangers: ours behind another
+		// one, or beside one at the same preference, does not get them all.
+		{"mx only as a backup", Expectation{KindMX, "mail.lowpref.test", bounceHost}, StatusMismatch, []string{"10 mx.provider.test", "90 bounces.mailyard.test"}},
+		{"mx tied with another", Expectation{KindMX, "mail.tie.test", bounceHost}, StatusMismatch, []string{"10 bounces.mailyard.test", "10 mx.provider.test"}},
 		{"mx nxdomain", Expectation{KindMX, "mail.absent.test", bounceHost}, StatusPending, nil},
 		{"mx nodata", Expectation{KindMX, "mail.upper.test", bounceHost}, StatusPending, nil},
 		{"mx servfail", Expectation{KindMX, "mail.servfail.test", bounceHost}, StatusLookupFailed, nil},

@@ -58,7 +58,11 @@ func (c *Checker) checkMX(ctx context.Context, e Expectation) Result {
 		return Result{Status: StatusLookupFailed, Err: err}
 	}
 	var observed []string
-	found := false
+	// Senders try the most preferred exchangers (the lowest preference)
+	// first and the others only when those fail: bounces come back to the
+	// bounce host only if every most preferred MX is it. One of them
+	// elsewhere (a provider's MX copied to the name) takes the bounces.
+	best := -1
 	for _, rr := range rrs {
 		mx := rr.(*dns.MX)
 		host := strings.TrimSuffix(mx.Mx, ".")
@@ -66,9 +70,15 @@ func (c *Checker) checkMX(ctx context.Context, e Expectation) Result {
 			host = "." // a null MX (RFC 7505)
 		}
 		observed = append(observed, strconv.Itoa(int(mx.Preference))+" "+host)
-		// The preference is not checked: any MX at the bounce host routes
-		// bounces to it.
-		found = found || sameName(mx.Mx, e.Want)
+		if best < 0 || int(mx.Preference) < best {
+			best = int(mx.Preference)
+		}
+	}
+	found := best >= 0
+	for _, rr := range rrs {
+		if mx := rr.(*dns.MX); int(mx.Preference) == best && !sameName(mx.Mx, e.Want) {
+			found = false
+		}
 	}
 	return result(observed, found)
 }
@@ -101,10 +111,15 @@ func spfTerms(value string) ([]string, bool) {
 }
 
 // includes reports whether terms have "include:<host>" with the pass
-// qualifier ("+" or none); mechanism names are case-insensitive (RFC 7208
-// §4.6.1). "~include:" or "-include:" would not let our mail pass.
+// qualifier ("+" or none) before any "all"; mechanism names are
+// case-insensitive (RFC 7208 §4.6.1). "~include:" or "-include:" would not
+// let our mail pass, and mechanisms after "all" are never evaluated
+// (RFC 7208 §5.1): "v=spf1 -all include:<host>" fails our mail.
 func includes(terms []string, host string) bool {
 	for _, term := range terms {
+		if mechanism := strings.TrimLeft(term, "+-~?"); strings.EqualFold(mechanism, "all") {
+			return false
+		}
 		term = strings.TrimPrefix(term, "+")
 		if len(term) > len("include:") && strings.EqualFold(term[:len("include:")], "include:") &&
 			sameName(term[len("include:"):], host) {
