@@ -161,13 +161,27 @@ func (a *Emails) prepare(ctx context.Context, emailID string) (email.PrepareResu
 		}
 	}
 
+	left, err := a.dropSuppressed(ctx, e, d, pending)
+	if err != nil {
+		return email.PrepareResult{}, nil, err
+	}
+	return email.PrepareResult{Pending: len(left)}, &prepared{e: e, d: d, pending: left}, nil
+}
+
+// dropSuppressed makes the pending recipients whose address is on the
+// suppression list suppressed (a bounced event of type suppressed), and
+// returns the others. Every attempt asks: an address may be suppressed
+// while its recipient waits for a retry (a complaint about another email,
+// a hard bounce, an unsubscribe), and the list is to be obeyed before each
+// send (docs/suppressions-and-stats.md).
+func (a *Emails) dropSuppressed(ctx context.Context, e *store.Email, d *store.Domain, pending []store.EmailRecipient) ([]store.EmailRecipient, error) {
 	addrs := make([]string, len(pending))
 	for i, r := range pending {
 		addrs[i] = r.Address
 	}
 	suppressed, err := a.Store.SuppressedAmong(ctx, e.OrganizationID, addrs, e.TrackUnsubscribe)
-	if err != nil {
-		return email.PrepareResult{}, nil, err
+	if err != nil || len(suppressed) == 0 {
+		return pending, err
 	}
 	var left []store.EmailRecipient
 	for _, r := range pending {
@@ -177,10 +191,10 @@ func (a *Emails) prepare(ctx context.Context, emailID string) (email.PrepareResu
 		}
 		change := store.RecipientChange{Position: r.Position, Status: store.RecipientSuppressed, Response: "not sent: the address is on the suppression list"}
 		if _, err := a.Store.ChangeRecipient(ctx, e.ID, change, a.outcome(e, d, r, outcome{bounceType: bounceSuppressed})); err != nil {
-			return email.PrepareResult{}, nil, err
+			return nil, err
 		}
 	}
-	return email.PrepareResult{Pending: len(left)}, &prepared{e: e, d: d, pending: left}, nil
+	return left, nil
 }
 
 // buildAndSign renders the message once and signs it with the domain's
@@ -361,10 +375,23 @@ func (a *Emails) Attempt(ctx context.Context, in email.AttemptInput) (email.Atte
 		return email.AttemptResult{}, err
 	}
 	pending, err := a.Store.PendingRecipients(ctx, e.ID)
-	if err != nil || len(pending) == 0 {
-		return email.AttemptResult{}, errors.Join(err, a.settle(ctx, e.ID))
+	if err != nil {
+		return email.AttemptResult{}, err
 	}
-	return a.attempt(ctx, in, e, d, pending)
+	var out email.AttemptResult
+	if len(pending) > 0 && d.DeletedAt == nil {
+		left, err := a.dropSuppressed(ctx, e, d, pending)
+		if err != nil {
+			return out, err
+		}
+		out.Bounced, pending = len(pending)-len(left), left
+	}
+	if len(pending) == 0 {
+		return out, a.settle(ctx, e.ID)
+	}
+	res, err := a.attempt(ctx, in, e, d, pending)
+	res.Bounced += out.Bounced
+	return res, err
 }
 
 // attempt is Attempt for an email and pending recipients already read.

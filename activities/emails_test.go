@@ -248,3 +248,33 @@ func TestAttemptRecordsAnswersAfterItsContextEnded(t *testing.T) {
 		t.Fatalf("the relay took %q, want ada@'s message once, then bob@'s", f.relay.taken)
 	}
 }
+
+// Every attempt asks the suppression list: a recipient whose address was
+// suppressed while it waited for its retry (here: after the prepare step,
+// by a complaint about another email) is not sent to, and ends
+// suppressed. Before, only the prepare step asked.
+func TestAttemptSkipsAnAddressSuppressedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	f := newSendingFixture(t)
+	id := f.newEmail(t, mailmsg.Request{From: "news@shop.example", To: []string{"ada@rcpt.example", "bob@rcpt.example"},
+		Subject: "Sale", Text: "Our sale"}, false)
+	if res, err := f.a.FirstAttempt(ctx, email.FirstAttemptInput{EmailID: id}); err != nil || res.Pending != 2 || res.Attempted {
+		t.Fatalf("prepare: %+v, %v", res, err)
+	}
+	if err := store.Suppress(ctx, f.st.DB, f.org, "bob@rcpt.example", store.SuppressionComplaint); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.a.Attempt(ctx, email.AttemptInput{EmailID: id, Attempt: 2})
+	if err != nil || res.Delivered != 1 || res.Bounced != 1 || res.Pending != 0 {
+		t.Fatalf("the attempt: %+v, %v", res, err)
+	}
+	rs, err := f.st.EmailRecipients(ctx, id)
+	if err != nil || rs[0].Status != store.RecipientDelivered || rs[1].Status != store.RecipientSuppressed {
+		t.Fatalf("recipients: %+v, %v", rs, err)
+	}
+	f.relay.mu.Lock()
+	defer f.relay.mu.Unlock()
+	if len(f.relay.taken) != 1 || !strings.HasSuffix(f.relay.taken[0], " ada@rcpt.example") {
+		t.Fatalf("the relay took %q, want ada@'s message only", f.relay.taken)
+	}
+}
