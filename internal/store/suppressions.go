@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/uptrace/bun"
+
+	"github.com/mailyard/mailyard/internal/domainname"
 )
 
 // Reasons a recipient is suppressed.
@@ -43,9 +45,20 @@ type Suppression struct {
 // case-insensitive by the standard (RFC 5321 lets the receiving server decide
 // on the local part), but no real mailbox provider tells Ada@ from ada@; one
 // row per address whatever its case is what a customer expects of a
-// suppression list, and it errs towards not sending.
+// suppression list, and it errs towards not sending. An internationalized
+// domain is written in its IDNA (xn--) form, as recipients' addresses are
+// stored: a complaint ingested for ada@bücher.example must stop mail to
+// ada@xn--bcher-kva.example.
 func NormalizeEmail(email string) string {
-	return strings.ToLower(strings.TrimSpace(email))
+	email = strings.ToLower(strings.TrimSpace(email))
+	at := strings.LastIndexByte(email, '@')
+	if at < 0 {
+		return email
+	}
+	if domain, err := domainname.NormalizeHost(email[at+1:]); err == nil {
+		return email[:at+1] + domain
+	}
+	return email
 }
 
 // Suppress adds email to the organization's list. It is idempotent: an

@@ -254,6 +254,18 @@ func TestSuppressionList(t *testing.T) {
 		if among, _ := st.SuppressedAmong(ctx, org, []string{"ada@example.com"}, false); len(among) != 0 {
 			t.Fatalf("still suppressed after delete: %v", among)
 		}
+
+		// An internationalized domain is one address in either form, as
+		// recipients are stored in the IDNA one.
+		if err := store.Suppress(ctx, st.DB, org, "ada@Bücher.example", store.SuppressionComplaint); err != nil {
+			t.Fatal(err)
+		}
+		if among, _ := st.SuppressedAmong(ctx, org, []string{"ada@xn--bcher-kva.example"}, false); !among["ada@xn--bcher-kva.example"] {
+			t.Fatalf("a complaint for ada@Bücher.example does not stop ada@xn--bcher-kva.example: %v", among)
+		}
+		if removed, err := st.DeleteSuppression(ctx, org, "ada@bücher.example"); err != nil || removed.Email != "ada@xn--bcher-kva.example" {
+			t.Fatalf("delete by the Unicode form: %+v %v", removed, err)
+		}
 	})
 }
 
