@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -22,7 +23,7 @@ import (
 // IngestEventInput is an email event from the sending pipeline.
 type IngestEventInput struct {
 	Body struct {
-		EventID   string              `json:"event_id" minLength:"1" maxLength:"200" doc:"The pipeline's id of the event; a repeat is answered like the first time and creates nothing." example:"evt_01JD6Q"`
+		EventID   string              `json:"event_id" minLength:"1" maxLength:"200" doc:"The pipeline's id of the event; a repeat is answered like the first time and creates nothing. Ids starting with mailyard: are Mailyard's own." example:"evt_01JD6Q"`
 		Domain    string              `json:"domain" minLength:"1" maxLength:"253" doc:"The sending domain; it must be verified." example:"example.com"`
 		EventType eventtype.EmailType `json:"event_type" doc:"An email event; platform events are emitted by Mailyard itself."`
 		Timestamp time.Time           `json:"timestamp" doc:"When the event happened, RFC 3339."`
@@ -95,6 +96,10 @@ func (s *Server) requireInternalToken(api huma.API) func(huma.Context, func(huma
 	}
 }
 
+// reservedEventIDPrefix begins the ids of the events Mailyard records itself
+// (store.EmailEventIDPrefix).
+const reservedEventIDPrefix = "mailyard:"
+
 func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*IngestEventResponse, error) {
 	b := in.Body
 	// First, since even the look-up of an event sent again reads event_id:
@@ -108,6 +113,12 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 		if hasNUL(f.value) {
 			problems = append(problems, ErrorDetail{Location: "body." + f.name, Message: f.name + " must not contain a NUL character"})
 		}
+	}
+	// Mailyard's own outcome events have ids "mailyard:<email_id>:<n>": one
+	// taken by the pipeline first would leave the platform's own outcome
+	// of that recipient without its event, webhook and count.
+	if strings.HasPrefix(b.EventID, reservedEventIDPrefix) {
+		problems = append(problems, ErrorDetail{Location: "body.event_id", Message: "event ids starting with " + reservedEventIDPrefix + " are Mailyard's own"})
 	}
 	// The data of each event type is the catalogue's (docs/webhooks.md).
 	eventType := eventtype.Type(b.EventType)

@@ -26,8 +26,8 @@ type EmailEventData struct {
 }
 
 // ErrTimestampOutOfRange refuses an event time whose UTC year RFC 3339 cannot
-// write (before 0000 or after 9999).
-var ErrTimestampOutOfRange = errors.New("the timestamp must fall between the years 0000 and 9999 in UTC")
+// write, or PostgreSQL store (before 0001 or after 9999).
+var ErrTimestampOutOfRange = errors.New("the timestamp must fall between the years 0001 and 9999 in UTC")
 
 // BuildBody returns the JSON body of an email event's delivery, with the
 // timestamp in RFC 3339 UTC ("2026-11-21T10:00:00Z"). The bytes are built
@@ -44,8 +44,9 @@ func BuildEnvelope(eventType string, ts time.Time, data any) ([]byte, error) {
 		return nil, errors.New("event type is required")
 	}
 	// RFC 3339 has four-digit years; a time near year 10000 with an offset
-	// can still land outside them in UTC.
-	if y := ts.UTC().Year(); y < 0 || y > 9999 {
+	// can still land outside them in UTC. Year 0 is one too, but PostgreSQL
+	// has none (1 BC comes before 1 AD): its event could not be stored.
+	if y := ts.UTC().Year(); y < 1 || y > 9999 {
 		return nil, ErrTimestampOutOfRange
 	}
 	var buf bytes.Buffer
