@@ -96,6 +96,11 @@ func (s *Server) requireInternalToken(api huma.API) func(huma.Context, func(huma
 	}
 }
 
+// errEventIDReused answers another event under a used event_id.
+func errEventIDReused(eventID string) error {
+	return fieldError("body.event_id", "event_id "+eventID+" was already used for another event (another domain, type, message_id or to_email); a repeat must be the same event")
+}
+
 // reservedEventIDPrefix begins the ids of the events Mailyard records itself
 // (store.EmailEventIDPrefix).
 const reservedEventIDPrefix = "mailyard:"
@@ -139,11 +144,18 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 	if err != nil {
 		return nil, err
 	}
+	ev := &store.Event{
+		EventID: b.EventID, Domain: domain, EventType: string(b.EventType), OccurredAt: b.Timestamp.UTC(),
+		MessageID: b.MessageID, ToEmail: b.ToEmail, Subject: b.Subject,
+	}
 	if len(owners) == 0 {
 		// An event sent again after a 503 gets its deliveries started even
 		// if its domain stopped being verified meanwhile: they were
 		// accepted when it was.
-		deliveries, found, err := s.store.IngestedEventDeliveries(ctx, b.EventID, domain)
+		deliveries, found, err := s.store.IngestedEventDeliveries(ctx, ev)
+		if errors.Is(err, store.ErrEventIDReused) {
+			return nil, errEventIDReused(b.EventID)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -161,13 +173,9 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 	if err != nil {
 		return nil, err
 	}
-	ev := &store.Event{
-		EventID: b.EventID, Domain: domain, EventType: string(b.EventType), OccurredAt: b.Timestamp.UTC(),
-		MessageID: b.MessageID, ToEmail: b.ToEmail, Subject: b.Subject,
-	}
 	deliveries, _, err := s.store.IngestEvent(ctx, ev, owners, body, deliveryruns.NewDeliveryID)
 	if errors.Is(err, store.ErrEventIDReused) {
-		return nil, fieldError("body.event_id", "event_id "+b.EventID+" was already used for another event (another domain, type, message_id or to_email); a repeat must be the same event")
+		return nil, errEventIDReused(b.EventID)
 	}
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -268,4 +269,28 @@ func TestIngestWhileTemporalIsDown(t *testing.T) {
 	post(t, h.internal().URL, "/internal/v1/events", internalToken, event("e-down-3", "shop.example", "bounced")).expectError(t, 422, "validation_failed")
 	// The same event id for another domain no one verified is not that event.
 	post(t, h.internal().URL, "/internal/v1/events", internalToken, event("e-down-2", "other.example", "bounced")).expectError(t, 422, "validation_failed")
+}
+
+// Once its domain is no longer verified, an event sent again still gets its
+// deliveries (they were accepted when it was), but another event under its
+// event_id is 422, as while the domain was verified: it was answered 202
+// with the first event's deliveries, which it started.
+func TestIngestReusedEventIDAfterTheDomainIsUnverified(t *testing.T) {
+	h := newHarness(t)
+	internal := h.internal()
+	domainID := h.domainInStatus(h.orgID, "gone.example", store.DomainVerified)
+	h.createWebhook(h.adminKey, "https://hooks.example.com/in", "delivered", "bounced")
+	first := deliveryIDs(t, post(t, internal.URL, "/internal/v1/events", internalToken, event("e1", "gone.example", "delivered")), 202)
+	if _, err := h.store.DB.NewUpdate().Model((*store.Domain)(nil)).Set("status = ?", store.DomainPending).Where("id = ?", domainID).Exec(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	again := deliveryIDs(t, post(t, internal.URL, "/internal/v1/events", internalToken, event("e1", "gone.example", "delivered")), 202)
+	if len(first) != 1 || !slices.Equal(first, again) {
+		t.Fatalf("the same event again: %v, first %v", again, first)
+	}
+	r := post(t, internal.URL, "/internal/v1/events", internalToken, event("e1", "gone.example", "bounced"))
+	r.expectError(t, 422, "validation_failed")
+	if locs := r.detailLocations(); len(locs) != 1 || locs[0] != "body.event_id" {
+		t.Fatalf("another event under the id: details at %v: %s", locs, r.Raw)
+	}
 }

@@ -110,20 +110,26 @@ func (s *Store) IngestEvent(ctx context.Context, ev *Event, owners []DomainOwner
 	return deliveries, created, err
 }
 
-// IngestedEventDeliveries returns the deliveries made when the event with
-// eventID was first ingested for domain, and whether it was; for an event
-// sent again after its domain stopped being verified, whose deliveries still
-// need their workflows.
-func (s *Store) IngestedEventDeliveries(ctx context.Context, eventID, domain string) (deliveries []Delivery, found bool, err error) {
-	var ev Event
-	err = s.DB.NewSelect().Model(&ev).Column("id").Where("event_id = ?", eventID).Where("domain = ?", domain).Scan(ctx)
+// IngestedEventDeliveries returns the deliveries made when ev (its
+// EventID, Domain, EventType, MessageID and ToEmail) was first ingested, and
+// whether it was; for an event sent again after its domain stopped being
+// verified, whose deliveries still need their workflows. Another event
+// stored for the domain under the same EventID is ErrEventIDReused, as
+// IngestEvent says of it.
+func (s *Store) IngestedEventDeliveries(ctx context.Context, ev *Event) (deliveries []Delivery, found bool, err error) {
+	var stored Event
+	err = s.DB.NewSelect().Model(&stored).Column("id", "domain", "event_type", "message_id", "to_email").
+		Where("event_id = ?", ev.EventID).Where("domain = ?", ev.Domain).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	deliveries, err = eventDeliveries(ctx, s.DB, ev.ID)
+	if !sameEvent(&stored, ev) {
+		return nil, false, ErrEventIDReused
+	}
+	deliveries, err = eventDeliveries(ctx, s.DB, stored.ID)
 	return deliveries, err == nil, err
 }
 
