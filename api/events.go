@@ -65,7 +65,7 @@ func (s *Server) InternalHandler() http.Handler {
 	huma.Register(internal, huma.Operation{
 		OperationID: "ingest-event", Method: http.MethodPost, Path: "/internal/v1/events", DefaultStatus: http.StatusAccepted,
 		Summary:      "Ingest email event",
-		Description:  "Stores the event and fans it out to one delivery per enabled webhook of the domain's organizations that subscribes to its type. A new event counts once in each organization's statistics (on the UTC day of its timestamp); complained also puts to_email on each organization's suppression list. Idempotent on event_id: a repeat counts nothing; another event under a used event_id is 422. 503 means the deliveries are stored but not all could be scheduled: send the same event again.",
+		Description:  "Stores the event and fans it out to one delivery per enabled webhook of the domain's organizations that subscribes to its type. A new event counts once in each organization's statistics (on the UTC day of its timestamp); complained also puts to_email on each organization's suppression list, and unsubscribed puts it there with reason unsubscribe. Idempotent on event_id: a repeat counts nothing; another event under a used event_id is 422. 503 means the deliveries are stored but not all could be scheduled: send the same event again.",
 		Security:     []map[string][]string{{bearerScheme: {}}},
 		MaxBodyBytes: maxBodyBytes + 1,
 		Errors: []int{http.StatusBadRequest, http.StatusUnauthorized, http.StatusRequestEntityTooLarge,
