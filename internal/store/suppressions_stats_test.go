@@ -285,16 +285,17 @@ func TestIngestCountsNewEventsOnceAndSuppressesComplaints(t *testing.T) {
 		if err != nil || fmt.Sprint(owners) != fmt.Sprint([]store.DomainOwner{{OrganizationID: org, DomainID: domainA}, {OrganizationID: other, DomainID: domainB}}) {
 			t.Fatalf("owners %+v %v", owners, err)
 		}
-		ingest := func(id, eventType string) bool {
+		ingestFor := func(id, eventType, to string) bool {
 			t.Helper()
 			ev := &store.Event{EventID: id, Domain: "shared.example", EventType: eventType, OccurredAt: time.Date(2026, 11, 20, 23, 59, 0, 0, time.UTC),
-				MessageID: "m", ToEmail: "Grace@Customer.Example", Subject: "s"}
+				MessageID: "m", ToEmail: to, Subject: "s"}
 			_, created, err := st.IngestEvent(ctx, ev, owners, []byte("{}"), newDeliveryID)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return created
 		}
+		ingest := func(id, eventType string) bool { return ingestFor(id, eventType, "Grace@Customer.Example") }
 		if !ingest("c1", "complained") || ingest("c1", "complained") || ingest("c1", "complained") {
 			t.Fatal("a repeated event_id was created again")
 		}
@@ -312,6 +313,16 @@ func TestIngestCountsNewEventsOnceAndSuppressesComplaints(t *testing.T) {
 		}
 		if rows, _, _ := st.ListSuppressions(ctx, pending, store.Page{}); len(rows) != 0 {
 			t.Fatalf("an organization without the domain verified got suppressions %+v", rows)
+		}
+		// An ingested unsubscribe suppresses too, with its own reason.
+		if !ingestFor("u1", "unsubscribed", "hal@customer.example") {
+			t.Fatal("the unsubscribed event was not created")
+		}
+		if among, err := st.SuppressedAmong(ctx, org, []string{"hal@customer.example"}, true); err != nil || !among["hal@customer.example"] {
+			t.Fatalf("an ingested unsubscribe did not suppress: %v %v", among, err)
+		}
+		if among, _ := st.SuppressedAmong(ctx, org, []string{"hal@customer.example"}, false); len(among) != 0 {
+			t.Fatal("an ingested unsubscribe stops mail sent without unsubscribe")
 		}
 		if got := statsOn(t, st, pending, nil, "2026-11-20"); got != (store.StatCounts{}) {
 			t.Fatalf("an organization without the domain verified counted %+v", got)
