@@ -3,8 +3,10 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -145,6 +147,10 @@ func (s *Server) listDomains(ctx context.Context, in *ListDomainsInput) (*Respon
 	return respond(out), err
 }
 
+// maxDNSName is the longest DNS name, in characters without the trailing
+// dot (RFC 1035 §2.3.4's 255 octets on the wire).
+const maxDNSName = 253
+
 func (s *Server) addDomain(ctx context.Context, in *AddDomainInput) (*Response[AddDomainData], error) {
 	name, err := domainname.Normalize(in.Body.Domain)
 	if err != nil {
@@ -162,6 +168,14 @@ func (s *Server) addDomain(ctx context.Context, in *AddDomainInput) (*Response[A
 	}
 	d := &store.Domain{OrganizationID: principalFrom(ctx).OrganizationID, Domain: name, MailFromSubdomain: mailFrom, DKIMToken: token}
 	records := s.customerRecords(token, name, mailFrom)
+	// The records' names are the domain's with more in front (a DKIM
+	// selector adds 46 characters): a name no DNS can hold would leave
+	// the domain pending for its whole window, then failed.
+	for _, r := range records {
+		if n := len(strings.TrimSuffix(r.Name, ".")); n > maxDNSName {
+			return nil, fieldError("body.domain", fmt.Sprintf("too long: the record %s would be named with %d characters, and DNS names have at most %d", r.Purpose, n, maxDNSName))
+		}
+	}
 	answer := func() *Response[AddDomainData] {
 		out := AddDomainData{
 			Domain:     AddedDomain{ID: d.ID, Domain: d.Domain, Status: d.Status, MailFromSubdomain: d.MailFromSubdomain, CreatedAt: d.CreatedAt.UTC()},

@@ -90,6 +90,8 @@ func TestAddDomainRejectsBadInput(t *testing.T) {
 		{`{"domain":"-bad.example"}`, 422, "validation_failed", "body.domain"},
 		{`{"domain":"` + strings.Repeat("a", 64) + `.example"}`, 422, "validation_failed", "body.domain"},
 		{`{"domain":""}`, 422, "validation_failed", "body.domain"},
+		// A valid name, but too long for its DKIM records' names (46 more).
+		{`{"domain":"` + longDomain(220) + `"}`, 422, "validation_failed", "body.domain"},
 		{`{}`, 422, "validation_failed", "body.domain"},
 		{`{"domain":"example.net","mailfrom_subdomain":"example.net"}`, 422, "validation_failed", "body.mailfrom_subdomain"},
 		{`{"domain":"example.net","mailfrom_subdomain":"mail.other.net"}`, 422, "validation_failed", "body.mailfrom_subdomain"},
@@ -116,4 +118,13 @@ func TestBodyOver64KiB(t *testing.T) {
 	h := newHarness(t)
 	big := `{"domain":"example.com","mailfrom_subdomain":"` + strings.Repeat("a", 70<<10) + `"}`
 	h.do("POST", "/api/v1/domains", h.adminKey, big).expectError(t, 413, "payload_too_large")
+}
+
+// longDomain is a valid domain name of n characters (labels of 50).
+func longDomain(n int) string {
+	head := strings.Repeat(strings.Repeat("a", 50)+".", n/50+1)[:n-len(".example")]
+	if strings.HasSuffix(head, ".") {
+		head = head[:len(head)-1] + "a"
+	}
+	return head + ".example"
 }
