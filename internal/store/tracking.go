@@ -70,9 +70,15 @@ func (s *Store) SetDomainTracking(ctx context.Context, d *Domain, t TrackingSett
 		}
 		if old != nil {
 			// The old name's certificates (autocert's keys: the name, and
-			// +rsa, +token after it) are not served or renewed any more.
+			// +rsa, +token after it) are not served or renewed any more,
+			// unless another domain has the name too: the cache is the
+			// platform's, keyed by name, and another organization's
+			// domain of the same name (which can be added, and pending)
+			// must not take the verified one's certificate away.
 			if _, err := tx.NewDelete().Model((*ACMECacheEntry)(nil)).
-				Where("key IN (?)", bun.List([]string{*old, *old + "+rsa", *old + "+token"})).Exec(ctx); err != nil {
+				Where("key IN (?)", bun.List([]string{*old, *old + "+rsa", *old + "+token"})).
+				Where("NOT EXISTS (SELECT 1 FROM domains WHERE tracking_domain = ? AND id <> ? AND deleted_at IS NULL)", *old, d.ID).
+				Exec(ctx); err != nil {
 				return err
 			}
 		}

@@ -89,6 +89,29 @@ func TestDomainTrackingAndRecordFive(t *testing.T) {
 		if ok, _ := st.VerifiedTrackingDomain(ctx, name); ok {
 			t.Fatal("a removed custom domain is still served")
 		}
+
+		// Another organization's domain of the same name (which it may
+		// add, and leave pending) that sets and removes the same custom
+		// domain leaves the certificate of the one that serves it.
+		if err := st.SetDomainTracking(ctx, d, store.TrackingSettings{CustomDomainSet: true, CustomDomain: &name, CustomRecord: rec}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.PutACMECacheEntry(ctx, name, []byte("sealed")); err != nil {
+			t.Fatal(err)
+		}
+		rival, err := st.DomainByID(ctx, newDomain(t, st, newOrg(t, st, "rival"), "shop.example", store.DomainPending))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetDomainTracking(ctx, rival, store.TrackingSettings{CustomDomainSet: true, CustomDomain: &name, CustomRecord: rec}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetDomainTracking(ctx, rival, store.TrackingSettings{CustomDomainSet: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.ACMECacheEntry(ctx, name); err != nil {
+			t.Fatalf("another organization's change removed the certificate: %v", err)
+		}
 	})
 }
 
