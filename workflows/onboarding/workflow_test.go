@@ -91,25 +91,31 @@ func (s *workflowSuite) TestFailsWhenTheWindowCloses() {
 	s.Equal(time.Hour+30*time.Minute, at[21])
 }
 
+// verifyAfter sends the verify update after delay; the result it returns
+// is filled in once the update completes (its Status is empty until then).
+func (s *workflowSuite) verifyAfter(delay time.Duration) *VerifyResult {
+	updated := new(VerifyResult)
+	s.env.RegisterDelayedCallback(func() {
+		s.env.UpdateWorkflow(VerifyUpdate, "verify-1", &testsuite.TestUpdateCallback{
+			OnReject:   func(err error) { s.Fail("verify rejected", err) },
+			OnAccept:   func() {},
+			OnComplete: func(v interface{}, err error) { s.NoError(err); *updated = v.(VerifyResult) },
+		})
+	}, delay)
+	return updated
+}
+
 func (s *workflowSuite) TestVerifyNowInTheMiddle() {
 	s.env.OnActivity(GenerateKeysActivity, mock.Anything, int64(7)).Return(nil).Once()
 	s.env.OnActivity(PublishKeysActivity, mock.Anything, int64(7)).Return(nil).Once()
 	var at []time.Duration
 	// Checks at 0, 1, 2, 3 minutes are pending; the verify at 3m30s is the 5th.
 	s.checksAnswer(5, &at, s.env.Now())
-	var updated *VerifyResult
-	s.env.RegisterDelayedCallback(func() {
-		s.env.UpdateWorkflow(VerifyUpdate, "verify-1", &testsuite.TestUpdateCallback{
-			OnReject:   func(err error) { s.Fail("verify rejected", err) },
-			OnAccept:   func() {},
-			OnComplete: func(v interface{}, err error) { s.NoError(err); r := v.(VerifyResult); updated = &r },
-		})
-	}, 3*time.Minute+30*time.Second)
+	updated := s.verifyAfter(3*time.Minute + 30*time.Second)
 	s.env.ExecuteWorkflow(WorkflowName, Input{DomainID: 7})
 
 	s.Equal(StatusVerified, s.result().Status)
-	s.Require().NotNil(updated)
-	s.Equal(StatusVerified, updated.Status)
+	s.Equal(StatusVerified, updated.Status, "the verify's answer")
 	s.Len(at, 5)
 	s.Equal(3*time.Minute+30*time.Second, at[4], "the workflow ended right after the verify, without waiting for its timer")
 }
@@ -129,19 +135,11 @@ func (s *workflowSuite) TestVerifyWaitsForTheKeys() {
 	s.env.OnActivity(VerifiedActivity, mock.Anything, int64(7)).Return(nil).Once()
 	var at []time.Duration
 	s.checksAnswer(1, &at, start)
-	var updated *VerifyResult
-	s.env.RegisterDelayedCallback(func() {
-		s.env.UpdateWorkflow(VerifyUpdate, "verify-1", &testsuite.TestUpdateCallback{
-			OnReject:   func(err error) { s.Fail("verify rejected", err) },
-			OnAccept:   func() {},
-			OnComplete: func(v interface{}, err error) { s.NoError(err); r := v.(VerifyResult); updated = &r },
-		})
-	}, 500*time.Millisecond)
+	updated := s.verifyAfter(500 * time.Millisecond)
 	s.env.ExecuteWorkflow(WorkflowName, Input{DomainID: 7})
 
 	s.Equal(StatusVerified, s.result().Status)
-	s.Require().NotNil(updated)
-	s.Equal(StatusVerified, updated.Status)
+	s.Equal(StatusVerified, updated.Status, "the verify's answer")
 	s.Require().NotEmpty(at)
 	s.Greater(published, time.Second, "publishing was retried")
 	s.GreaterOrEqual(at[0], published, "a check ran before the keys were published")
