@@ -509,16 +509,16 @@ func (s *Server) updateScheduled(ctx context.Context, id, update string, args ..
 		err = s.askWorkflow(ctx, id, update, args)
 	}
 	var app *temporal.ApplicationError
-	switch {
-	case errors.As(err, &app) && app.Type() == email.NotScheduledError, errors.As(err, &notFound):
-		now, _, readErr := s.store.EmailInScope(ctx, scope, id)
-		if readErr != nil || update != email.CancelUpdate || now.Status != store.EmailCanceled {
-			return nil, newError(CodeEmailNotScheduled, "the email is not scheduled, or its sending has begun")
-		}
-	case err != nil:
+	refused := errors.As(err, &app) && app.Type() == email.NotScheduledError || errors.As(err, &notFound)
+	if err != nil && !refused {
 		return nil, err
 	}
+	// The email as it now stands: the answer, and for a refusal whether
+	// it is a cancel of an email already canceled.
 	e, recipients, err := s.store.EmailInScope(ctx, scope, id)
+	if refused && (err != nil || update != email.CancelUpdate || e.Status != store.EmailCanceled) {
+		return nil, newError(CodeEmailNotScheduled, "the email is not scheduled, or its sending has begun")
+	}
 	if err != nil {
 		return nil, err
 	}
