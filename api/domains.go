@@ -147,10 +147,6 @@ func (s *Server) listDomains(ctx context.Context, in *ListDomainsInput) (*Respon
 	return respond(out), err
 }
 
-// maxDNSName is the longest DNS name, in characters without the trailing
-// dot (RFC 1035 §2.3.4's 255 octets on the wire).
-const maxDNSName = 253
-
 func (s *Server) addDomain(ctx context.Context, in *AddDomainInput) (*Response[AddDomainData], error) {
 	name, err := domainname.Normalize(in.Body.Domain)
 	if err != nil {
@@ -172,8 +168,8 @@ func (s *Server) addDomain(ctx context.Context, in *AddDomainInput) (*Response[A
 	// selector adds 46 characters): a name no DNS can hold would leave
 	// the domain pending for its whole window, then failed.
 	for _, r := range records {
-		if n := len(strings.TrimSuffix(r.Name, ".")); n > maxDNSName {
-			return nil, fieldError("body.domain", fmt.Sprintf("too long: the record %s would be named with %d characters, and DNS names have at most %d", r.Purpose, n, maxDNSName))
+		if n := len(strings.TrimSuffix(r.Name, ".")); n > domainname.MaxNameLength {
+			return nil, fieldError("body.domain", fmt.Sprintf("too long: the record %s would be named with %d characters, and DNS names have at most %d", r.Purpose, n, domainname.MaxNameLength))
 		}
 	}
 	answer := func() *Response[AddDomainData] {

@@ -10,7 +10,9 @@ import (
 )
 
 const (
-	maxNameLength  = 253
+	// MaxNameLength is the longest DNS name, in characters without the
+	// trailing dot (RFC 1035 §2.3.4's 255 octets on the wire).
+	MaxNameLength  = 253
 	maxLabelLength = 63
 )
 
@@ -77,8 +79,8 @@ func NormalizeHost(input string) (string, error) {
 	if err := checkLabels(ascii); err != nil {
 		return "", err
 	}
-	if len(ascii) > maxNameLength {
-		return "", fmt.Errorf("the domain is %d characters long; the maximum is %d", len(ascii), maxNameLength)
+	if len(ascii) > MaxNameLength {
+		return "", fmt.Errorf("the domain is %d characters long; the maximum is %d", len(ascii), MaxNameLength)
 	}
 	return ascii, nil
 }

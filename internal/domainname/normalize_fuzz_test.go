@@ -110,8 +110,8 @@ func FuzzNormalizeMailFrom(f *testing.F) {
 // normalised domain.
 func checkCanonical(t *testing.T, input, name string) {
 	t.Helper()
-	if name == "" || len(name) > maxNameLength {
-		t.Fatalf("Normalize(%q) = %q: length %d is outside 1..%d", input, name, len(name), maxNameLength)
+	if name == "" || len(name) > MaxNameLength {
+		t.Fatalf("Normalize(%q) = %q: length %d is outside 1..%d", input, name, len(name), MaxNameLength)
 	}
 	labels := strings.Split(name, ".")
 	if len(labels) < 2 {
