@@ -320,8 +320,8 @@ func trackable(href string, asciiOnly bool) (string, bool) {
 // the tag tokenizes to tok again. The tokenizer decodes character
 // references to UTF-8 (&eacute; to é); in HTML of another charset (notUTF8)
 // such characters are written back as references, as UTF-8 bytes would
-// read as others there, while bytes that are not UTF-8 (the charset's own)
-// stay as they were.
+// read as others there, while the charset's own bytes (which stand in the
+// Private Use Area while the part is rewritten) stay as they were.
 func writeTag(w *bytes.Buffer, tok html.Token, selfClosing, notUTF8 bool) {
 	w.WriteByte('<')
 	w.WriteString(tok.Data)
@@ -393,19 +393,18 @@ func privateUseToLegacy(b []byte) []byte {
 	return out
 }
 
-// nonASCIIAsReferences writes each non-ASCII character of s that is valid
-// UTF-8 as a numeric character reference, and keeps every other byte and
-// the characters that stand for a part's own bytes (legacyToPrivateUse).
+// nonASCIIAsReferences writes each non-ASCII character of s as a numeric
+// character reference, but the characters that stand for a part's own
+// bytes (legacyToPrivateUse), which are turned back into them after. s is
+// valid UTF-8: the part was mapped before it was read.
 func nonASCIIAsReferences(s string) string {
 	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r >= utf8.RuneSelf && !(r == utf8.RuneError && size == 1) && !isLegacyByte(r) {
+	for _, r := range s {
+		if r >= utf8.RuneSelf && !isLegacyByte(r) {
 			b.WriteString("&#" + strconv.Itoa(int(r)) + ";")
 		} else {
-			b.WriteString(s[i : i+size])
+			b.WriteRune(r)
 		}
-		i += size
 	}
 	return b.String()
 }
