@@ -3,6 +3,7 @@ package onboarding
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,11 +39,16 @@ func (s *workflowSuite) SetupTest() {
 func (s *workflowSuite) AfterTest(_, _ string) { s.env.AssertExpectations(s.T()) }
 
 // checksAnswer makes the check activity answer pending until call number
-// verifiedAt (1-based; 0 = never), recording when each check ran.
+// verifiedAt (1-based; 0 = never), recording when each check ran. Two
+// checks may run at once (the main loop's and a verify's), each in an
+// activity goroutine of its own.
 func (s *workflowSuite) checksAnswer(verifiedAt int, at *[]time.Duration, start time.Time) {
+	var mu sync.Mutex
 	calls := 0
 	s.env.OnActivity(CheckRecordsActivity, mock.Anything, int64(7)).Return(
 		func(context.Context, int64) (CheckResult, error) {
+			mu.Lock()
+			defer mu.Unlock()
 			calls++
 			*at = append(*at, s.env.Now().Sub(start))
 			if verifiedAt > 0 && calls >= verifiedAt {
