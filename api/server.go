@@ -62,7 +62,7 @@ type Server struct {
 	logger   *slog.Logger
 	usage    *keyusage.Recorder
 	// limits is the per-key rate limiter; nil when MAILYARD_RATE_LIMIT is off.
-	limits *ratelimit.Limiter
+	limits *ratelimit.Limiter[int64]
 
 	// box seals and opens webhook signing secrets and stored idempotent
 	// answers; nil without an encryption key.
@@ -95,7 +95,7 @@ type Server struct {
 // New builds the API and registers every operation.
 func New(d Deps) *Server {
 	installErrorModel(d.Logger)
-	s := &Server{cfg: d.Config, store: d.Store, temporal: d.Temporal, logger: d.Logger, usage: keyusage.New(d.Store, d.Logger), limits: ratelimit.New(d.Config.RateLimit)}
+	s := &Server{cfg: d.Config, store: d.Store, temporal: d.Temporal, logger: d.Logger, usage: keyusage.New(d.Store, d.Logger), limits: ratelimit.New[int64](d.Config.RateLimit)}
 	if len(d.Config.EncryptionKey) > 0 {
 		// The configuration checked the key's length, the only way New fails.
 		s.box, _ = secrets.New(d.Config.EncryptionKey)

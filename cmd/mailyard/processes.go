@@ -313,6 +313,7 @@ func serveInbound(ctx context.Context, cfg *config.Config, st *store.Store, tc c
 	}
 	l.Server.TLSCertFile, l.Server.TLSKeyFile = cfg.SMTPServer.TLSCertFile, cfg.SMTPServer.TLSKeyFile
 	l.Server.MaxConnections = cfg.SMTPServer.MaxConnections
+	l.Server.MessageRate = cfg.InboundMessageRate
 	return b.Serve(ctx, l, nil)
 }
 
@@ -332,7 +333,7 @@ func serveSubmission(ctx context.Context, cfg *config.Config, st *store.Store, t
 	usage := keyusage.New(st, logger)
 	go usage.Run(ctx)
 	b := &submission.Backend{
-		Store: st, Temporal: tc, Limits: ratelimit.New(cfg.RateLimit), Usage: usage, AllowInsecureAuth: cfg.Submission.AllowInsecureAuth,
+		Store: st, Temporal: tc, Limits: ratelimit.New[int64](cfg.RateLimit), Usage: usage, AllowInsecureAuth: cfg.Submission.AllowInsecureAuth,
 		Retention: cfg.EmailRetention, EagerStart: eager, Logger: logger,
 	}
 	return b.Serve(ctx, submission.Listener{

@@ -76,6 +76,10 @@ type Config struct {
 	// InboundAddr is the listener of `mailyard inbound`, the SMTP server at
 	// the bounce host (docs/inbound.md).
 	InboundAddr string
+	// InboundMessageRate is the token bucket of each client address (an
+	// IPv4 address, an IPv6 /64) for the messages `mailyard inbound` takes
+	// (MAILYARD_INBOUND_MESSAGE_RATE); loopback is not limited.
+	InboundMessageRate RateLimit
 	// SMTPServer holds the rules shared by Mailyard's SMTP servers
 	// (docs/smtp.md).
 	SMTPServer SMTPServer
@@ -255,6 +259,13 @@ func (r RateLimit) String() string {
 // DefaultRateLimit is MAILYARD_RATE_LIMIT's default.
 const DefaultRateLimit = "20/s"
 
+// DefaultInboundMessageRate is MAILYARD_INBOUND_MESSAGE_RATE's default: a
+// client address sends the bounce host 60 messages a minute, 120 at once.
+// Reports come from many addresses of a provider, and one deferred with a
+// 4xx is sent again later, so a limit costs a flood its reach and a real
+// sender a delay.
+const DefaultInboundMessageRate = "60/m"
+
 // ParseRateLimit reads "N/s", "N/m", "N/h" (N a whole number from 1) or "off".
 func ParseRateLimit(v string) (RateLimit, error) {
 	v = strings.ToLower(strings.TrimSpace(v))
@@ -364,6 +375,7 @@ var variables = []variable{
 	{"MAILYARD_SMTP_RELAY_PASSWORD", func(c *Config) string { return masked(c.SMTP.RelayPassword != "") }},
 	{"MAILYARD_EMAIL_RETENTION", func(c *Config) string { return c.EmailRetention.String() }},
 	{"MAILYARD_INBOUND_ADDR", func(c *Config) string { return c.InboundAddr }},
+	{"MAILYARD_INBOUND_MESSAGE_RATE", func(c *Config) string { return c.InboundMessageRate.String() }},
 	{"MAILYARD_SMTP_TLS_CERT", func(c *Config) string { return c.SMTPServer.TLSCertFile }},
 	{"MAILYARD_SMTP_TLS_KEY", func(c *Config) string { return c.SMTPServer.TLSKeyFile }},
 	{"MAILYARD_SMTP_MAX_CONNECTIONS", func(c *Config) string { return strconv.Itoa(c.SMTPServer.MaxConnections) }},
@@ -614,6 +626,12 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 		errs = append(errs, fmt.Errorf("MAILYARD_RATE_LIMIT: %v", err))
 	} else {
 		c.RateLimit = limit
+	}
+
+	if limit, err := ParseRateLimit(str("MAILYARD_INBOUND_MESSAGE_RATE", DefaultInboundMessageRate)); err != nil {
+		errs = append(errs, fmt.Errorf("MAILYARD_INBOUND_MESSAGE_RATE: %v", err))
+	} else {
+		c.InboundMessageRate = limit
 	}
 
 	dnsLimit := str("MAILYARD_DNS_RATE_LIMIT", "50")

@@ -188,7 +188,7 @@ func TestStringShowsEverySetting(t *testing.T) {
 		"MAILYARD_DATABASE_URL=postgres://u:***@db/x", "MAILYARD_INTERNAL_TOKEN=(set)", "MAILYARD_ENCRYPTION_KEY=(set)",
 		"MAILYARD_RFC2136_TSIG=upd.:hmac-sha256:(set)", "MAILYARD_WEBHOOK_ALLOW_PRIVATE_NETWORKS=true",
 		"MAILYARD_WEBHOOK_ALLOW_HTTP=false", "MAILYARD_VERIFY_SCHEDULE=1m0s/10m0s,5m0s/1h0m0s", `MAILYARD_DNS_RESOLVER=""`,
-		"MAILYARD_RATE_LIMIT=20/s", "MAILYARD_DKIM_RETAIN=168h0m0s",
+		"MAILYARD_RATE_LIMIT=20/s", "MAILYARD_DKIM_RETAIN=168h0m0s", "MAILYARD_INBOUND_MESSAGE_RATE=60/m",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("%q missing from %s", want, s)
@@ -336,6 +336,21 @@ func TestDNSRateLimit(t *testing.T) {
 		if _, err := LoadFrom(env(map[string]string{"MAILYARD_DNS_RATE_LIMIT": value}), Need{}); err == nil || !strings.Contains(err.Error(), "MAILYARD_DNS_RATE_LIMIT") {
 			t.Errorf("%q: %v", value, err)
 		}
+	}
+}
+
+// The inbound server's message rate per client address is 60/m unless set,
+// "off" for none, and is read as MAILYARD_RATE_LIMIT is.
+func TestInboundMessageRate(t *testing.T) {
+	for value, want := range map[string]string{"": "60/m", "off": "off", "10/s": "10/s"} {
+		c, err := LoadFrom(env(map[string]string{"MAILYARD_INBOUND_MESSAGE_RATE": value}), Need{})
+		if err != nil || c.InboundMessageRate.String() != want {
+			t.Errorf("%q: %v, %v; want %s", value, c.InboundMessageRate, err, want)
+		}
+	}
+	if _, err := LoadFrom(env(map[string]string{"MAILYARD_INBOUND_MESSAGE_RATE": "lots"}), Need{}); err == nil ||
+		!strings.HasPrefix(err.Error(), "MAILYARD_INBOUND_MESSAGE_RATE: ") {
+		t.Errorf("lots: %v", err)
 	}
 }
 

@@ -191,3 +191,12 @@ var dnsLimited = register(prometheus.NewCounterVec(prometheus.CounterOpts{
 // CountDNSLimited counts one answer held back by response rate limiting;
 // action is "truncated" or "dropped".
 func CountDNSLimited(action string) { dnsLimited.WithLabelValues(action).Inc() }
+
+var smtpMessagesLimited = register(prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "mailyard_smtp_messages_limited_total",
+	Help: "MAIL FROM commands refused because their client address sent more messages than its rate allows (MAILYARD_INBOUND_MESSAGE_RATE).",
+}))
+
+// CountSMTPMessageLimited counts one MAIL FROM refused by a client
+// address's message rate.
+func CountSMTPMessageLimited() { smtpMessagesLimited.Inc() }

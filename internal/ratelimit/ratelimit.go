@@ -1,6 +1,8 @@
-// Package ratelimit is the token bucket per API key that every way of
-// using a key goes through: each API request, and each message submitted
-// over SMTP (docs/api-conventions.md, "Rate limits").
+// Package ratelimit is the token bucket per key that Mailyard's limits
+// share: per API key, which every way of using a key goes through (each API
+// request, and each message submitted over SMTP; docs/api-conventions.md,
+// "Rate limits"), and per client address, for the messages of the inbound
+// SMTP server (docs/inbound.md).
 package ratelimit
 
 import (
@@ -31,15 +33,15 @@ const PolicyName = `"default"`
 // sweepEvery is how often idle buckets are dropped.
 const sweepEvery = time.Minute
 
-// Limiter holds one bucket per API key.
-type Limiter struct {
+// Limiter holds one bucket per key K (an API key's id, a client address).
+type Limiter[K comparable] struct {
 	perSecond float64
 	burst     int
 	// Policy is the RateLimit-Policy value, the same on every answer.
 	Policy string
 
 	mu        sync.Mutex
-	buckets   map[int64]*bucket
+	buckets   map[K]*bucket
 	lastSweep time.Time
 }
 
@@ -49,16 +51,16 @@ type bucket struct {
 }
 
 // New returns nil when limits are off.
-func New(l config.RateLimit) *Limiter {
+func New[K comparable](l config.RateLimit) *Limiter[K] {
 	if l.Off() {
 		return nil
 	}
 	window := int(math.Ceil(float64(l.Burst()) / l.PerSecond()))
-	return &Limiter{
+	return &Limiter[K]{
 		perSecond: l.PerSecond(),
 		burst:     l.Burst(),
 		Policy:    PolicyName + ";q=" + strconv.Itoa(l.Burst()) + ";w=" + strconv.Itoa(window),
-		buckets:   map[int64]*bucket{},
+		buckets:   map[K]*bucket{},
 	}
 }
 
@@ -71,7 +73,7 @@ type Verdict struct {
 }
 
 // Take spends a token of key's bucket, if one is there.
-func (r *Limiter) Take(key int64, now time.Time) Verdict {
+func (r *Limiter[K]) Take(key K, now time.Time) Verdict {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sweep(now)
@@ -93,7 +95,7 @@ func (r *Limiter) Take(key int64, now time.Time) Verdict {
 
 // sweep drops buckets idle long enough to have refilled: a new bucket is full,
 // so forgetting them changes nothing but memory.
-func (r *Limiter) sweep(now time.Time) {
+func (r *Limiter[K]) sweep(now time.Time) {
 	if now.Sub(r.lastSweep) < sweepEvery {
 		return
 	}
@@ -107,7 +109,7 @@ func (r *Limiter) sweep(now time.Time) {
 }
 
 // size is the number of buckets held (tests).
-func (r *Limiter) size() int {
+func (r *Limiter[K]) size() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.buckets)

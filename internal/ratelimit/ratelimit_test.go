@@ -8,7 +8,7 @@ import (
 )
 
 func TestRateLimiterBucketMath(t *testing.T) {
-	r := New(config.RateLimit{Requests: 600, Per: time.Minute})
+	r := New[int64](config.RateLimit{Requests: 600, Per: time.Minute})
 	if r.Policy != `"default";q=1200;w=120` {
 		t.Fatalf("policy %q", r.Policy)
 	}
@@ -28,13 +28,13 @@ func TestRateLimiterBucketMath(t *testing.T) {
 	if v = r.Take(1, t0.Add(250*time.Millisecond)); !v.Allowed || v.Remaining != 1 {
 		t.Fatalf("after refill %+v", v)
 	}
-	if New(config.RateLimit{}) != nil {
+	if New[int64](config.RateLimit{}) != nil {
 		t.Fatal("off limits build a limiter")
 	}
 }
 
 func TestRateLimiterEvictsIdleBuckets(t *testing.T) {
-	r := New(config.RateLimit{Requests: 20, Per: time.Second})
+	r := New[int64](config.RateLimit{Requests: 20, Per: time.Second})
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r.Take(1, t0)
 	r.Take(2, t0.Add(sweepEvery-time.Second))

@@ -9,6 +9,9 @@ import (
 
 	"github.com/emersion/go-smtp"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/mailyard/mailyard/internal/metrics"
+	"github.com/mailyard/mailyard/internal/ratelimit"
 )
 
 // ErrBusy answers a message that could not be taken because the server's
@@ -20,7 +23,11 @@ var ErrBusy = &smtp.SMTPError{
 	Message:      "Too busy receiving messages, try again later",
 }
 
-// budgetBackend gives every session's Data a reader that takes each byte it
+// budgetBackend holds the limits per client address of every session: the
+// rate of its messages (Config.MessageRate), checked at MAIL FROM, and its
+// share of the bytes in flight.
+//
+// It gives every session's Data a reader that takes each byte it
 // reads from the server's budget, and gives the message's bytes back when
 // Data returns (the message stored, or refused). A message of 10 MiB costs
 // its session several times that in memory (the buffer, the statement that
@@ -44,6 +51,9 @@ type budgetBackend struct {
 	// ("": not counted per address, as loopback).
 	clientKey func(net.Addr) string
 	perClient int64
+	// messages limits each client address's MAIL FROM (Config.MessageRate;
+	// nil: no limit).
+	messages *ratelimit.Limiter[string]
 
 	mu   sync.Mutex
 	held map[string]int64 // per client address
@@ -62,26 +72,65 @@ func (b *budgetBackend) NewSession(c *smtp.Conn) (smtp.Session, error) {
 	client := b.clientKey(c.Conn().RemoteAddr())
 	// go-smtp looks for AuthSession on the session it is given.
 	if a, ok := s.(smtp.AuthSession); ok {
-		return &budgetAuthSession{AuthSession: a, b: b, client: client}, nil
+		return &budgetAuthSession{AuthSession: a, b: b, conn: c, client: client}, nil
 	}
-	return &budgetSession{Session: s, b: b, client: client}, nil
+	return &budgetSession{Session: s, b: b, conn: c, client: client}, nil
 }
 
 type budgetSession struct {
 	smtp.Session
 	b      *budgetBackend
+	conn   *smtp.Conn
 	client string
 }
 
 func (s *budgetSession) Data(r io.Reader) error { return s.b.data(s.Session.Data, r, s.client) }
 
+func (s *budgetSession) Mail(from string, opts *smtp.MailOptions) error {
+	if err := s.b.messageAllowed(s.conn, s.client); err != nil {
+		return err
+	}
+	return s.Session.Mail(from, opts)
+}
+
 type budgetAuthSession struct {
 	smtp.AuthSession
 	b      *budgetBackend
+	conn   *smtp.Conn
 	client string
 }
 
 func (s *budgetAuthSession) Data(r io.Reader) error { return s.b.data(s.AuthSession.Data, r, s.client) }
+
+func (s *budgetAuthSession) Mail(from string, opts *smtp.MailOptions) error {
+	if err := s.b.messageAllowed(s.conn, s.client); err != nil {
+		return err
+	}
+	return s.AuthSession.Mail(from, opts)
+}
+
+// ErrTooMuchMail answers a MAIL FROM past its client address's
+// Config.MessageRate; the connection is then closed, and the client sends
+// again later, as after any 4xx.
+var ErrTooMuchMail = &smtp.SMTPError{
+	Code:         421,
+	EnhancedCode: smtp.EnhancedCode{4, 7, 0},
+	Message:      "Too much mail from your address, try again later",
+}
+
+// messageAllowed takes one message from client's rate, or refuses it and
+// has the connection closed after the reply.
+func (b *budgetBackend) messageAllowed(c *smtp.Conn, client string) error {
+	if b.messages == nil || client == "" {
+		return nil
+	}
+	if b.messages.Take(client, time.Now()).Allowed {
+		return nil
+	}
+	metrics.CountSMTPMessageLimited()
+	CloseAfterReply(c)
+	return ErrTooMuchMail
+}
 
 // data runs a session's Data over a reader charged to the budget.
 func (b *budgetBackend) data(data func(io.Reader) error, r io.Reader, client string) error {

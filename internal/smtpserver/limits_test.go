@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/mailyard/mailyard/internal/config"
 )
 
 // A client that keeps talking does not keep its connection: once the
@@ -124,6 +126,43 @@ func TestConnectionLimitPerIPSparesLoopback(t *testing.T) {
 	}
 	for range 5 {
 		dial(t, addr).expect("220 ")
+	}
+}
+
+// Config.MessageRate counts the MAIL FROM of each client address, over all
+// its connections; one past the bucket gets 421 and the connection is
+// closed, while another address still sends. Loopback is not limited.
+func TestMessageRatePerClient(t *testing.T) {
+	rate := config.RateLimit{Requests: 1, Per: time.Hour} // a burst of 2
+	s := build(t, Config{MessageRate: rate}, newBackend())
+	s.capLoopback = true
+	addr := serve(t, s)
+	mail := func(c *client, want string) {
+		t.Helper()
+		c.send("MAIL FROM:<a@client.test>\r\n")
+		c.expect(want)
+		c.send("RSET\r\n")
+		if strings.HasPrefix(want, "250") {
+			c.expect("250 ")
+		}
+	}
+	greet := func(c *client) *client {
+		c.expect("220 ")
+		c.send("EHLO client.test\r\n")
+		c.expect("250 ")
+		return c
+	}
+	first := greet(dialFrom(t, addr, "127.0.0.2"))
+	mail(first, "250 ")
+	mail(greet(dialFrom(t, addr, "127.0.0.2")), "250 ")
+	mail(first, "421 4.7.0 Too much mail from your address, try again later")
+	first.closed(2 * time.Second)
+	mail(greet(dialFrom(t, addr, "127.0.0.3")), "250 ")
+
+	_, local := start(t, Config{MessageRate: rate}, newBackend())
+	c := greet(dial(t, local))
+	for range 5 {
+		mail(c, "250 ")
 	}
 }
 

@@ -24,6 +24,10 @@
 //     before any SMTP session starts, without the accept loop waiting for it
 //     (under implicit TLS it is closed without the 421, which it could not
 //     read).
+//   - When Config.MessageRate is set, a client address (loopback aside)
+//     that sends more MAIL FROM commands than its token bucket holds gets
+//     "421 4.7.0 Too much mail from your address, try again later" and is
+//     closed.
 //   - Shutdown answers a connection waiting for a command 421 and closes
 //     it; a message being received is finished and answered first.
 //   - 8BITMIME, SMTPUTF8, PIPELINING, ENHANCEDSTATUSCODES and CHUNKING are
@@ -63,6 +67,9 @@ import (
 
 	"github.com/emersion/go-smtp"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/mailyard/mailyard/internal/config"
+	"github.com/mailyard/mailyard/internal/ratelimit"
 )
 
 // Defaults for the zero values of Config.
@@ -110,6 +117,11 @@ type Config struct {
 	// sessions hold at once, read and not yet stored (budgetBackend). 0
 	// means 8 × MaxMessageBytes.
 	MaxMessageBytesInFlight int64
+	// MessageRate limits the messages (MAIL FROM commands) of one client
+	// address (an IPv4 address or an IPv6 /64) to a token bucket; one past
+	// it gets ErrTooMuchMail and the connection is closed. Loopback is not
+	// limited, as for MaxConnectionsPerIP. The zero value is no limit.
+	MessageRate config.RateLimit
 	// MaxRecipients caps RCPT per message (advertised as LIMITS RCPTMAX);
 	// one more gets 452 4.5.3. 0 means no cap.
 	MaxRecipients int
@@ -220,7 +232,8 @@ func New(cfg Config, backend smtp.Backend) (*Server, error) {
 	// connection's read deadline runs while it waits.
 	srv := smtp.NewServer(&budgetBackend{Backend: backend, budget: semaphore.NewWeighted(cfg.MaxMessageBytesInFlight),
 		size: cfg.MaxMessageBytesInFlight, wait: cfg.IdleTimeout / 2,
-		clientKey: s.clientKey, perClient: perClientShare(cfg.MaxMessageBytesInFlight, cfg.MaxMessageBytes)})
+		clientKey: s.clientKey, perClient: perClientShare(cfg.MaxMessageBytesInFlight, cfg.MaxMessageBytes),
+		messages: ratelimit.New[string](cfg.MessageRate)})
 	srv.Domain = cfg.Hostname
 	srv.MaxMessageBytes = cfg.MaxMessageBytes
 	srv.MaxRecipients = cfg.MaxRecipients

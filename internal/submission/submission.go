@@ -71,7 +71,7 @@ type Backend struct {
 	Store    *store.Store
 	Temporal client.Client
 	// Limits is the per-key rate limit the API charges too; nil is off.
-	Limits *ratelimit.Limiter
+	Limits *ratelimit.Limiter[int64]
 	// Usage records each key's last use (nil: not recorded); its Run is
 	// the caller's to start.
 	Usage *keyusage.Recorder

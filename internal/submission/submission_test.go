@@ -63,7 +63,7 @@ func newFixture(t *testing.T, limit config.RateLimit) *fixture {
 	srvCtx, cancel := context.WithCancel(ctx)
 	usage := keyusage.New(st, slog.New(slog.DiscardHandler))
 	go usage.Run(srvCtx)
-	b := &submission.Backend{Store: st, Temporal: dead, Limits: ratelimit.New(limit), Usage: usage, AllowInsecureAuth: true, Logger: slog.New(slog.DiscardHandler)}
+	b := &submission.Backend{Store: st, Temporal: dead, Limits: ratelimit.New[int64](limit), Usage: usage, AllowInsecureAuth: true, Logger: slog.New(slog.DiscardHandler)}
 	ready, done := make(chan string, 1), make(chan error, 1)
 	go func() {
 		done <- b.Serve(srvCtx, submission.Listener{Addr: "127.0.0.1:0"}, func(a, _ string) { ready <- a })
