@@ -119,8 +119,6 @@ func (b *Backend) NewSession(c *smtp.Conn) (smtp.Session, error) {
 type session struct {
 	b    *Backend
 	conn *smtp.Conn
-	// refused counts the connection's refused RCPT TO (maxRefused).
-	refused    int
 	from       string
 	recipients []string
 	// email is the email whose envelope sender is a recipient; a message
@@ -140,15 +138,16 @@ func (s *session) Mail(from string, _ *smtp.MailOptions) error {
 }
 
 // Rcpt accepts only the addresses of docs/inbound.md, and closes the
-// connection after maxRefused refusals.
+// connection after maxRefused refusals (counted on the connection, so that
+// STARTTLS does not start them again).
 func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
-	if s.refused >= maxRefused {
+	if smtpserver.Refusals(s.conn) >= maxRefused {
 		smtpserver.CloseAfterReply(s.conn)
 		return errTooManyRefused
 	}
 	err := s.rcpt(to)
 	if err != nil {
-		s.refused++
+		smtpserver.Refuse(s.conn)
 	}
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -24,15 +25,18 @@ type backend struct {
 	dataErrs chan error // every error Data saw, for the tests that wait on it
 	store    func() error
 	auth     bool // offer AUTH PLAIN
+	// refuseRcpt refuses every RCPT TO, counting it with Refuse, and says
+	// the count in the reply.
+	refuseRcpt bool
 }
 
 func newBackend() *backend { return &backend{dataErrs: make(chan error, 16)} }
 
-func (b *backend) NewSession(*smtp.Conn) (smtp.Session, error) {
+func (b *backend) NewSession(c *smtp.Conn) (smtp.Session, error) {
 	if b.auth {
-		return &authSession{session{b}}, nil
+		return &authSession{session{b, c}}, nil
 	}
-	return &session{b}, nil
+	return &session{b, c}, nil
 }
 
 func (b *backend) delivered() [][]byte {
@@ -41,12 +45,22 @@ func (b *backend) delivered() [][]byte {
 	return append([][]byte(nil), b.messages...)
 }
 
-type session struct{ b *backend }
+type session struct {
+	b    *backend
+	conn *smtp.Conn
+}
 
 func (s *session) Mail(string, *smtp.MailOptions) error { return nil }
-func (s *session) Rcpt(string, *smtp.RcptOptions) error { return nil }
 func (s *session) Reset()                               {}
 func (s *session) Logout() error                        { return nil }
+
+func (s *session) Rcpt(string, *smtp.RcptOptions) error {
+	if !s.b.refuseRcpt {
+		return nil
+	}
+	Refuse(s.conn)
+	return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: fmt.Sprintf("refusal %d", Refusals(s.conn))}
+}
 
 func (s *session) Data(r io.Reader) error {
 	msg, err := ReadMessage(r)

@@ -126,6 +126,8 @@ type limitedConn struct {
 	// closeAfterWrite closes the connection once the next write is done
 	// (CloseAfterReply).
 	closeAfterWrite atomic.Bool
+	// refusals counts what the session refused (Refuse).
+	refusals atomic.Int32
 
 	mu sync.Mutex
 	// waiting is true from go-smtp setting the read deadline before a
@@ -222,13 +224,38 @@ func (c *limitedConn) Write(b []byte) (int, error) {
 // the client still reads. go-smtp writes each reply in one write, through
 // TLS too.
 func CloseAfterReply(c *smtp.Conn) {
+	if lc := limited(c); lc != nil {
+		lc.closeAfterWrite.Store(true)
+	}
+}
+
+// Refusals is how many refusals a session has counted on its connection
+// with Refuse. The count belongs to the connection, not the session:
+// STARTTLS ends go-smtp's session and starts another on the same
+// connection, which must not start from zero.
+func Refusals(c *smtp.Conn) int {
+	if lc := limited(c); lc != nil {
+		return int(lc.refusals.Load())
+	}
+	return 0
+}
+
+// Refuse counts one refusal on c's connection (Refusals).
+func Refuse(c *smtp.Conn) {
+	if lc := limited(c); lc != nil {
+		lc.refusals.Add(1)
+	}
+}
+
+// limited is the limitedConn under a session's connection, TLS or not (nil
+// for a connection the Server did not accept).
+func limited(c *smtp.Conn) *limitedConn {
 	nc := c.Conn()
 	if t, ok := nc.(*tls.Conn); ok {
 		nc = t.NetConn()
 	}
-	if lc, ok := nc.(*limitedConn); ok {
-		lc.closeAfterWrite.Store(true)
-	}
+	lc, _ := nc.(*limitedConn)
+	return lc
 }
 
 func (c *limitedConn) Close() error {

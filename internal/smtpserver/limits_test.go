@@ -283,3 +283,32 @@ func TestShutdownAnswersUnderTLS(t *testing.T) {
 	c.expect("421 4.4.2 ")
 	c.closed(2 * time.Second)
 }
+
+// Refusals belong to the connection: STARTTLS ends go-smtp's session and
+// starts another, and the count goes on (inbound closes a connection after
+// 10 refused recipients, and STARTTLS must not give 10 more).
+func TestRefusalsOutliveSTARTTLS(t *testing.T) {
+	ca := newTestCA(t)
+	certFile, keyFile := ca.issue(t, t.TempDir(), 6)
+	b := newBackend()
+	b.refuseRcpt = true
+	_, addr := start(t, Config{TLSCertFile: certFile, TLSKeyFile: keyFile}, b)
+	c := dial(t, addr)
+	c.expect("220 ")
+	c.send("EHLO client.test\r\nMAIL FROM:<a@client.test>\r\nRCPT TO:<b@mx.mailyard.test>\r\nRSET\r\n")
+	c.expect("250 ")
+	c.expect("250 ")
+	c.expect("550 5.1.1 refusal 1")
+	c.expect("250 ")
+	c.send("STARTTLS\r\n")
+	c.expect("220 ")
+	tc := tls.Client(c.conn, ca.clientConfig())
+	if err := tc.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	c = &client{t: t, conn: tc, r: bufio.NewReader(tc)}
+	c.send("EHLO client.test\r\nMAIL FROM:<a@client.test>\r\nRCPT TO:<b@mx.mailyard.test>\r\n")
+	c.expect("250 ")
+	c.expect("250 ")
+	c.expect("550 5.1.1 refusal 2")
+}
