@@ -12,8 +12,8 @@ import (
 // certReloader serves the certificate of TLSCertFile/TLSKeyFile and picks up
 // a renewed one without a restart (certificates are renewed by tools that
 // rewrite the files, and a stale certificate makes senders fall back to
-// plain text or fail). It looks at the files' mtime and size at most once
-// per interval, so a busy server does not stat on every handshake.
+// plain text or fail). It looks at the files at most once per interval, so
+// a busy server does not stat on every handshake.
 type certReloader struct {
 	certFile, keyFile string
 	log               *slog.Logger
@@ -21,13 +21,18 @@ type certReloader struct {
 
 	mu      sync.Mutex
 	cert    *tls.Certificate
-	seen    [2]fileStamp // of the pair last tried, loaded or not
+	seen    [2]os.FileInfo // of the pair last tried, loaded or not
 	checked time.Time
 }
 
-type fileStamp struct {
-	mtime time.Time
-	size  int64
+// changed reports whether a file is not the one seen before: another file
+// (renewal tools write a new file and rename it over the old one, or swap a
+// symbolic link, as Kubernetes does with secrets), or the same one rewritten.
+// The file's identity matters because a modification time is only as fine
+// as the kernel's clock tick: a file renamed over one written within the
+// same few milliseconds, of the same size, has the same time and size.
+func changed(seen, now os.FileInfo) bool {
+	return !os.SameFile(seen, now) || !seen.ModTime().Equal(now.ModTime()) || seen.Size() != now.Size()
 }
 
 func newCertReloader(certFile, keyFile string, log *slog.Logger) (*certReloader, error) {
@@ -44,16 +49,16 @@ func newCertReloader(certFile, keyFile string, log *slog.Logger) (*certReloader,
 	return r, nil
 }
 
-func (r *certReloader) stat() ([2]fileStamp, error) {
-	var stamps [2]fileStamp
+func (r *certReloader) stat() ([2]os.FileInfo, error) {
+	var infos [2]os.FileInfo
 	for i, name := range []string{r.certFile, r.keyFile} {
 		fi, err := os.Stat(name)
 		if err != nil {
-			return stamps, err
+			return infos, err
 		}
-		stamps[i] = fileStamp{fi.ModTime(), fi.Size()}
+		infos[i] = fi
 	}
-	return stamps, nil
+	return infos, nil
 }
 
 // getCertificate is tls.Config.GetCertificate. When the files changed it
@@ -73,7 +78,7 @@ func (r *certReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, e
 		r.log.Error("smtp server: cannot stat TLS certificate, keeping the old one", "error", err)
 		return r.cert, nil
 	}
-	if stamps == r.seen {
+	if !changed(r.seen[0], stamps[0]) && !changed(r.seen[1], stamps[1]) {
 		return r.cert, nil
 	}
 	r.seen = stamps
