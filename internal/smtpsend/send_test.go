@@ -159,6 +159,36 @@ func TestDeliveredUnchanged(t *testing.T) {
 	}
 }
 
+// A message with UTF-8 header fields is sent with SMTPUTF8 where the
+// server takes it, and as it is where it does not; an ASCII one never asks.
+func TestUTF8HeadersAskForSMTPUTF8(t *testing.T) {
+	utf8Message := []byte("From: Zoë <a@shop.test>\r\nSubject: Grüße\r\n\r\nbody\r\n")
+	asciiHeader := []byte("Subject: hi\r\n\r\nGrüße im Text\r\n")
+	for _, c := range []struct {
+		name      string
+		advertise bool
+		msg       []byte
+		want      bool
+	}{
+		{"utf-8 header, server takes SMTPUTF8", true, utf8Message, true},
+		{"utf-8 header, server does not", false, utf8Message, false},
+		{"8-bit body only", true, asciiHeader, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := startServer(t, serverOptions{smtputf8: c.advertise})
+			s := mxSender(t, exampleZone(t), srv.port)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			results := s.Send(ctx, sender, []string{"a@example.test"}, c.msg)
+			wantResult(t, results[0], smtpsend.Delivered, 250, "")
+			_, _, messages, _ := srv.stats()
+			if len(messages) != 1 || messages[0].utf8 != c.want || !bytes.Equal(messages[0].data, c.msg) {
+				t.Fatalf("received %+v, want one message with SMTPUTF8 %v", messages, c.want)
+			}
+		})
+	}
+}
+
 func TestTemporaryFailureThenSuccess(t *testing.T) {
 	srv := startServer(t, serverOptions{})
 	var calls atomic.Int32

@@ -26,6 +26,7 @@ type received struct {
 	data  []byte
 	tls   bool
 	user  string // authenticated as
+	utf8  bool   // MAIL FROM had SMTPUTF8
 }
 
 // testServer is a real SMTP server (go-smtp) on loopback whose answers the
@@ -57,6 +58,7 @@ type serverOptions struct {
 	port        int         // 0 = any free port
 	startTLS    *tls.Config // offer STARTTLS with this configuration
 	implicitTLS *tls.Config // speak TLS from the first byte
+	smtputf8    bool        // advertise SMTPUTF8
 }
 
 func startServer(t *testing.T, opts serverOptions) *testServer {
@@ -83,6 +85,7 @@ func startServer(t *testing.T, opts serverOptions) *testServer {
 	srv.Domain = "test-server"
 	srv.TLSConfig = opts.startTLS
 	srv.AllowInsecureAuth = true
+	srv.EnableSMTPUTF8 = opts.smtputf8
 	srv.ErrorLog = nopLog{}
 	done := make(chan struct{})
 	go func() {
@@ -125,6 +128,7 @@ type testSession struct {
 	from  string
 	rcpts []string
 	taken int // messages taken on this connection
+	utf8  bool
 }
 
 func (ss *testSession) AuthMechanisms() []string {
@@ -144,7 +148,7 @@ func (ss *testSession) Auth(string) (sasl.Server, error) {
 	}), nil
 }
 
-func (ss *testSession) Mail(from string, _ *smtp.MailOptions) error {
+func (ss *testSession) Mail(from string, opts *smtp.MailOptions) error {
 	ss.s.mu.Lock()
 	ss.s.mails++
 	ss.s.mu.Unlock()
@@ -159,7 +163,7 @@ func (ss *testSession) Mail(from string, _ *smtp.MailOptions) error {
 			return err
 		}
 	}
-	ss.from = from
+	ss.from, ss.utf8 = from, opts != nil && opts.UTF8
 	return nil
 }
 
@@ -185,7 +189,7 @@ func (ss *testSession) Data(r io.Reader) error {
 	}
 	_, isTLS := ss.conn.TLSConnectionState()
 	ss.s.mu.Lock()
-	ss.s.messages = append(ss.s.messages, received{from: ss.from, rcpts: ss.rcpts, data: data, tls: isTLS, user: ss.user})
+	ss.s.messages = append(ss.s.messages, received{from: ss.from, rcpts: ss.rcpts, data: data, tls: isTLS, user: ss.user, utf8: ss.utf8})
 	ss.s.mu.Unlock()
 	ss.taken++
 	return nil

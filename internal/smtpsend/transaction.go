@@ -1,6 +1,7 @@
 package smtpsend
 
 import (
+	"bytes"
 	"context"
 	"time"
 
@@ -49,6 +50,12 @@ func (s *session) transact(ctx context.Context, from string, rcpts []string, msg
 				message: "the server does not accept internationalized addresses (no SMTPUTF8)"}), sessionOpen
 		}
 		opts.UTF8 = true
+	} else if !headerIsASCII(msg) {
+		// A message with UTF-8 header fields (one submitted with SMTPUTF8)
+		// is announced as such where the server takes it (RFC 6531 §3.4).
+		// Where it does not, it goes as it is, as Postfix sends it: the
+		// addresses need nothing, and a reader still reads the fields.
+		opts.UTF8, _ = s.client.Extension("SMTPUTF8")
 	}
 	if err := s.client.Mail(from, opts); err != nil {
 		state := s.afterRefusal(err)
@@ -143,6 +150,16 @@ func isASCII(s string) bool {
 		}
 	}
 	return true
+}
+
+// headerIsASCII reports whether msg's header section (up to the first
+// empty line) is ASCII.
+func headerIsASCII(msg []byte) bool {
+	header := msg
+	if end := bytes.Index(msg, []byte("\r\n\r\n")); end >= 0 {
+		header = msg[:end]
+	}
+	return isASCII(string(header))
 }
 
 func allASCII(ss []string) bool {
