@@ -526,11 +526,23 @@ func (s *Server) updateScheduled(ctx context.Context, id, update string, args ..
 }
 
 // askWorkflow sends update to the email's workflow and waits for its answer.
+//
+// Every cancel of an email carries the same update id: Temporal joins a
+// cancel sent again (a client's retry after a 503, or two at once) to the one
+// admitted, and answers it with that one's outcome. A cancel of its own
+// would be refused by the workflow, which has taken the first one, while the
+// first one's step has not yet stored the email canceled: a 409 for an
+// email that is being canceled. Reschedules each move the email, so each
+// gets an update id of its own.
 func (s *Server) askWorkflow(ctx context.Context, id, update string, args []any) error {
 	uctx, cancel := context.WithTimeout(ctx, s.startTimeout)
 	defer cancel()
+	var updateID string
+	if update == email.CancelUpdate {
+		updateID = email.CancelUpdate
+	}
 	h, err := s.temporal.UpdateWorkflow(uctx, client.UpdateWorkflowOptions{
-		WorkflowID: email.WorkflowID(id), UpdateName: update, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted,
+		WorkflowID: email.WorkflowID(id), UpdateID: updateID, UpdateName: update, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	if err != nil {
 		return err

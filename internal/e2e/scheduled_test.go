@@ -18,7 +18,7 @@ import (
 // Scheduled and batch sending through the real processes, in real time: an
 // email scheduled 3 s ahead is scheduled, then delivered after its time; a
 // rescheduled one moves; a canceled one sends nothing, and a second cancel
-// answers it again; a cancel or reschedule after sending is 409
+// answers it again, as do two at once; a cancel or reschedule after sending is 409
 // email_not_scheduled; a cancel of an email whose workflow never started
 // starts it to cancel it; a batch of 100 is
 // stored at once and all delivered, and an invalid batch sends nothing.
@@ -77,6 +77,35 @@ func TestScheduledAndBatchSending(t *testing.T) {
 	if got := api.cancelEmail(canceled); got != "canceled" {
 		t.Fatalf("canceled again: %v", got)
 	}
+	// Two cancels at once, while the first one's step cannot store the
+	// email yet (its row is locked here), both answer the canceled email:
+	// the second joins the first instead of being refused by a workflow
+	// that has already taken a cancel.
+	twice := api.send(body("twice@rcpt.example", time.Now().Add(time.Hour).Format(time.RFC3339))).ID
+	st := testenv.OpenStore(t, s.databaseURL)
+	lock, err := st.DB.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.ExecContext(context.Background(), "SELECT id FROM emails WHERE id = ? FOR UPDATE", twice); err != nil {
+		t.Fatal(err)
+	}
+	answers := make(chan string, 2)
+	for range 2 {
+		go func() {
+			status, raw, err := api.send1("POST", "/api/v1/emails/"+twice+"/cancel", nil, nil)
+			answers <- fmt.Sprintf("%d %s %v", status, raw, err)
+		}()
+	}
+	time.Sleep(2 * time.Second) // both cancels reach the workflow
+	if err := lock.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if a := <-answers; !strings.HasPrefix(a, "200 ") || !strings.Contains(a, `"status":"canceled"`) {
+			t.Fatalf("a cancel sent twice at once: %s", a)
+		}
+	}
 	for _, call := range []struct{ method, path string }{{"POST", "/api/v1/emails/" + moved + "/cancel"}, {"PATCH", "/api/v1/emails/" + moved}} {
 		if status, code, e := api.refused(call.method, call.path, map[string]any{"scheduled_at": time.Now().Add(time.Hour).Format(time.RFC3339)}); status != 409 ||
 			code != "email_not_scheduled" {
@@ -130,8 +159,8 @@ func TestScheduledAndBatchSending(t *testing.T) {
 		t.Fatalf("101 items: %d", status)
 	}
 	before := len(api.emails("?limit=100").Emails)
-	if before != 4 {
-		t.Fatalf("%d emails after invalid batches, want the 4 scheduled ones", before)
+	if before != 5 {
+		t.Fatalf("%d emails after invalid batches, want the 5 scheduled ones", before)
 	}
 	// The answer comes once every workflow of the batch has started.
 	began := time.Now()
@@ -165,8 +194,8 @@ func TestScheduledAndBatchSending(t *testing.T) {
 		}
 		cursor = "&cursor=" + page.NextCursor
 	}
-	if n != 4+100+3 {
-		t.Fatalf("%d emails after a keyed batch sent twice, want %d", n, 4+100+3)
+	if n != 5+100+3 {
+		t.Fatalf("%d emails after a keyed batch sent twice, want %d", n, 5+100+3)
 	}
 	testenv.Eventually(t, 2*time.Minute, "the batch delivered", func() bool {
 		for i := range items {
