@@ -117,8 +117,8 @@ func (b *Backend) NewSession(c *smtp.Conn) (smtp.Session, error) {
 }
 
 type session struct {
-	b    *Backend
-	conn *smtp.Conn
+	b          *Backend
+	conn       *smtp.Conn
 	from       string
 	recipients []string
 	// email is the email whose envelope sender is a recipient; a message
