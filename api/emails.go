@@ -399,9 +399,13 @@ func (s *Server) sendEmail(ctx context.Context, in *SendEmailInput) (*Response[Q
 const batchStarts = 16
 
 // sendEmailBatch validates every email, stores them all in one transaction
-// and starts their workflows concurrently. The answer promises every email
-// (they are stored as answered): a workflow that does not start now is
-// started by the sweep.
+// and starts their workflows concurrently. The answer promises every email:
+// those whose workflow did not start now are marked answered before it goes
+// out, so the sweep starts them. Until then they are as unanswered as a
+// single send's email: a process that dies before the answer leaves them to
+// the sweep to remove, and the client, which got no answer, sends the batch
+// again without any email going twice (with an Idempotency-Key the answer
+// commits with the emails, and a retry replays it).
 func (s *Server) sendEmailBatch(ctx context.Context, in *SendEmailBatchInput) (*Response[QueuedEmails], error) {
 	d, err := s.sendingDomain(ctx)
 	if err != nil {
@@ -426,7 +430,7 @@ func (s *Server) sendEmailBatch(ctx context.Context, in *SendEmailBatchInput) (*
 		return nil, newError(CodeDomainNotVerified, "the key's domain "+d.Domain+" is "+d.Status+"; only verified domains send")
 	}
 	for _, n := range emails {
-		n.Email.Source, n.Email.Answered = store.SourceBatch, true
+		n.Email.Source = store.SourceBatch
 	}
 	answer := func() *Response[QueuedEmails] {
 		out := QueuedEmails{Emails: make([]QueuedEmail, len(emails))}
@@ -448,18 +452,32 @@ func (s *Server) sendEmailBatch(ctx context.Context, in *SendEmailBatchInput) (*
 	defer cancel()
 	var g errgroup.Group
 	g.SetLimit(batchStarts)
-	for _, n := range emails {
+	started := make([]bool, len(emails))
+	for i, n := range emails {
 		g.Go(func() error {
 			if startCtx.Err() != nil {
 				return nil
 			}
 			if err := s.startEmail(startCtx, n.Email); err != nil {
 				s.logger.WarnContext(ctx, "batch email stored, its workflow not started yet (the sweep will)", "request_id", RequestID(ctx), "email_id", n.Email.ID, "error", err)
+				return nil
 			}
+			started[i] = true
 			return nil
 		})
 	}
 	_ = g.Wait()
+	var unstarted []string
+	for i, n := range emails {
+		if !started[i] && !n.Email.Answered {
+			unstarted = append(unstarted, n.Email.ID)
+		}
+	}
+	if err := s.store.MarkEmailsAnswered(context.WithoutCancel(ctx), unstarted); err != nil {
+		s.logger.ErrorContext(ctx, "mark a batch's unstarted emails answered", "request_id", RequestID(ctx), "error", err)
+		return nil, newError(CodeUnavailable, "the batch could not be queued for certain: its emails whose workflow started are sent, "+
+			"the others are removed; send batches with an Idempotency-Key to retry them safely")
+	}
 	return answer(), nil
 }
 

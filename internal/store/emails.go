@@ -177,8 +177,8 @@ func (s *Store) CreateEmails(ctx context.Context, emails []NewEmail) error {
 	models := make([]*Email, len(emails))
 	for i, n := range emails {
 		e := n.Email
-		// Answered may be set by the caller: SMTP submission and batches
-		// answer with the ids right after this commits.
+		// Answered may be set by the caller: SMTP submission answers with
+		// the ids right after this commits.
 		e.CreatedAt, e.Status, e.Answered = at, EmailQueued, e.Answered || hasCommitHook(ctx)
 		if e.ScheduledAt != nil {
 			e.Status = EmailScheduled
@@ -207,6 +207,17 @@ func (s *Store) CreateEmails(ctx context.Context, emails []NewEmail) error {
 		}
 		return runCommitHook(ctx, tx)
 	})
+}
+
+// MarkEmailsAnswered records that the client is given these emails' ids
+// (a batch whose workflows did not all start): the sweep then starts them
+// instead of removing them.
+func (s *Store) MarkEmailsAnswered(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := s.DB.NewUpdate().Model((*Email)(nil)).Set("answered = ?", true).Where("id IN (?)", bun.List(ids)).Exec(ctx)
+	return err
 }
 
 // RescheduleEmail moves a scheduled email's time.
