@@ -184,19 +184,40 @@ func (r *Runs) CancelInBackground(ids []string) {
 	}()
 }
 
-// cancelStartedBefore cancels the open run of each delivery that started
-// before stopped, by its run id. A run started since is a new series (the
-// webhook enabled again and the delivery retried or recovered, while a
-// long list was still being canceled): canceled by workflow id alone, it
-// would leave the delivery pending with nothing to send it.
+// cancelStartedBefore cancels the open run of each delivery that is still
+// failed and started before stopped, by its run id. A delivery no longer
+// failed, or a run started since, is a new series (the webhook enabled again
+// and the delivery retried or recovered, while a long list was still being
+// canceled): canceled, it would leave the delivery pending with nothing to
+// send it. The status is what decides; the start time, which compares this
+// process's clock with the Temporal server's, only spares a run that the
+// status has not caught up with yet. When ctx ends first, the rest is left
+// (their attempts find the webhook stopped and send nothing), with one line
+// in the log.
 func (r *Runs) cancelStartedBefore(ctx context.Context, ids []string, stopped time.Time) {
-	for _, id := range ids {
-		err := r.cancelIfStartedBefore(ctx, delivery.WorkflowID(id), stopped)
+	for i, id := range ids {
+		if ctx.Err() != nil {
+			if r.Logger != nil {
+				r.Logger.Warn("cancel delivery workflows: out of time; the rest stop at their next attempt", "left", len(ids)-i)
+			}
+			return
+		}
+		err := r.cancelIfStillFailed(ctx, id, stopped)
 		var notFound *serviceerror.NotFound
-		if err != nil && !errors.As(err, &notFound) && r.Logger != nil {
+		if err != nil && !errors.As(err, &notFound) && ctx.Err() == nil && r.Logger != nil {
 			r.Logger.Warn("cancel delivery workflow", "delivery_id", id, "error", err)
 		}
 	}
+}
+
+func (r *Runs) cancelIfStillFailed(ctx context.Context, id string, stopped time.Time) error {
+	if r.Store != nil {
+		failed, err := r.Store.DeliveryFailed(ctx, id)
+		if err != nil || !failed {
+			return err
+		}
+	}
+	return r.cancelIfStartedBefore(ctx, delivery.WorkflowID(id), stopped)
 }
 
 func (r *Runs) cancelIfStartedBefore(ctx context.Context, workflowID string, stopped time.Time) error {

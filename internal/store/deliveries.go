@@ -253,6 +253,12 @@ func (s *Store) ReopenDelivery(ctx context.Context, id string) (bool, error) {
 	return n == 1, err
 }
 
+// DeliveryFailed reports whether a delivery is failed (false for a missing
+// one).
+func (s *Store) DeliveryFailed(ctx context.Context, id string) (bool, error) {
+	return s.DB.NewSelect().Model((*Delivery)(nil)).Where("id = ?", id).Where("status = ?", DeliveryFailed).Exists(ctx)
+}
+
 // DeliveryOfWebhook reads a delivery (without its body) only if it belongs to
 // the webhook.
 func (s *Store) DeliveryOfWebhook(ctx context.Context, webhookID int64, id string) (*Delivery, error) {
