@@ -7,6 +7,7 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -37,18 +38,21 @@ func Sweep(ctx context.Context, st *store.Store, retention time.Duration, logger
 	})
 }
 
-// Once erases everything sent or handled before cutoff, a batch at a time.
+// Once erases everything sent or handled before cutoff, a batch at a time:
+// emails, then inbound messages, each whatever became of the other.
 func Once(ctx context.Context, st *store.Store, cutoff time.Time) error {
+	var errs []error
 	for _, erase := range []func(context.Context, time.Time, int) (int, error){st.EraseEmailsSentBefore, st.EraseInboundHandledBefore} {
 		for {
 			n, err := erase(ctx, cutoff, batch)
 			if err != nil {
-				return err
+				errs = append(errs, err)
+				break
 			}
 			if n < batch {
 				break
 			}
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

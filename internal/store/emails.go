@@ -666,14 +666,20 @@ func (s *Store) EraseEmailContent(ctx context.Context, emailID string) error {
 // EraseEmailsSentBefore erases, as EraseEmailContent does, up to limit
 // emails sent before cutoff and not erased yet, oldest first: the retention
 // sweep (docs/sending.md, "Retention"). It reports how many it erased.
-// Sweeps of several processes may overlap: an email erased twice keeps the
-// time of the first.
+// Sweeps of several processes may overlap: on PostgreSQL each takes emails
+// the others have not locked, so that catching up on a backlog writes each
+// email once and not once per worker; elsewhere (one process) an email
+// erased twice keeps the time of the first.
 func (s *Store) EraseEmailsSentBefore(ctx context.Context, cutoff time.Time, limit int) (int, error) {
 	var ids []string
 	err := s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		err := tx.NewSelect().Model((*Email)(nil)).Column("id").
+		q := tx.NewSelect().Model((*Email)(nil)).Column("id").
 			Where("erased_at IS NULL").Where("sent_at IS NOT NULL").Where("sent_at < ?", cutoff).
-			OrderExpr("sent_at").Limit(int64(limit)).Scan(ctx, &ids)
+			OrderExpr("sent_at").Limit(int64(limit))
+		if s.IsPostgres() {
+			q = q.For("UPDATE SKIP LOCKED")
+		}
+		err := q.Scan(ctx, &ids)
 		if err != nil || len(ids) == 0 {
 			return err
 		}

@@ -70,6 +70,46 @@ func TestEraseEmailsSentBefore(t *testing.T) {
 	})
 }
 
+// On PostgreSQL, sweeps of several workers take different emails: one
+// locked by another sweep's transaction is skipped, not waited for and
+// written again.
+func TestEraseEmailsSkipsThoseAnotherSweepHolds(t *testing.T) {
+	ctx := context.Background()
+	st := testenv.OpenStore(t, testenv.PostgresURL(t))
+	org := newOrg(t, st, "acme")
+	domain := newDomain(t, st, org, "x.example", store.DomainVerified)
+	sent := func(at time.Time) string {
+		id := newEmail(t, st, org, domain, "ada@r.example")
+		if _, err := st.DB.NewUpdate().Model((*store.Email)(nil)).Set("status = ?", store.EmailSent).
+			Set("sent_at = ?", at.UTC()).Where("id = ?", id).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	held, free := sent(time.Now().Add(-3*time.Hour)), sent(time.Now().Add(-2*time.Hour))
+	other, err := st.DB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback()
+	if _, err := other.ExecContext(ctx, "SELECT id FROM emails WHERE id = ? FOR UPDATE", held); err != nil {
+		t.Fatal(err)
+	}
+	sweepCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := st.EraseEmailsSentBefore(sweepCtx, time.Now().Add(-time.Hour), 10)
+	if err != nil || n != 1 {
+		t.Fatalf("erased %d (%v) beside a held email, want the other one", n, err)
+	}
+	var erased []string
+	if err := st.DB.NewSelect().Model((*store.Email)(nil)).Column("id").Where("erased_at IS NOT NULL").Scan(ctx, &erased); err != nil {
+		t.Fatal(err)
+	}
+	if len(erased) != 1 || erased[0] != free {
+		t.Fatalf("erased %v, want only %s", erased, free)
+	}
+}
+
 // The same for inbound messages: those handled before the cutoff lose
 // their bytes and addresses; one handled since, or not handled yet, keeps
 // them.
