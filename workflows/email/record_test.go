@@ -21,6 +21,7 @@ import (
 	"github.com/google/uuid"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/mailyard/mailyard/activities"
@@ -73,10 +74,15 @@ func (s *mxSession) Logout() error          { return nil }
 // activities, PostgreSQL, DNS and an SMTP server, and writes its history
 // into testdata/ for the replay tests. It runs only when asked to
 // (MAILYARD_RECORD_HISTORIES=1), after a deliberate, versioned change.
+//
+// With MAILYARD_RECORD_RARE=before (on the code before a change that only
+// some runs meet) or =after (on the code with it), it records instead the
+// rare scenarios, those runs, as email-delivery-rare-<before|after>-*.json.
 func TestRecordHistories(t *testing.T) {
 	if os.Getenv("MAILYARD_RECORD_HISTORIES") != "1" {
 		t.Skip("set MAILYARD_RECORD_HISTORIES=1 to record replay histories")
 	}
+	rare := os.Getenv("MAILYARD_RECORD_RARE")
 	ctx := context.Background()
 	st := testenv.OpenStore(t, testenv.PostgresURL(t))
 	box, _ := secrets.New(make([]byte, 32))
@@ -121,6 +127,15 @@ func TestRecordHistories(t *testing.T) {
 		}
 		return acts.FirstAttempt(ctx, in)
 	}, activity.RegisterOptions{Name: email.FirstAttemptActivity, DisableAlreadyRegisteredCheck: true})
+	// The reschedule step to slowAt takes 2 s, so that a reschedule sent
+	// after it commits first.
+	slowAt := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	w.RegisterActivityWithOptions(func(ctx context.Context, in email.RescheduleActivityInput) error {
+		if in.ScheduledAt.Equal(slowAt) {
+			time.Sleep(2 * time.Second)
+		}
+		return acts.Reschedule(ctx, in)
+	}, activity.RegisterOptions{Name: email.RescheduleActivity, DisableAlreadyRegisteredCheck: true})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +162,8 @@ func TestRecordHistories(t *testing.T) {
 		// failLocal fails the local tries of the first step.
 		failLocal bool
 		want      email.Result
+		// canceled: the run ends canceled, without a result.
+		canceled bool
 	}
 	scenarios := []scenario{
 		{name: "delivered", to: []string{"ada@rcpt.example", "bob@rcpt.example"}, schedule: short, want: email.Result{Status: email.StatusSent, Attempts: 1}},
@@ -195,6 +212,28 @@ func TestRecordHistories(t *testing.T) {
 		{name: "canceled", to: []string{"gus@rcpt.example"}, schedule: short, at: time.Hour, during: update(email.CancelUpdate),
 			want: email.Result{Status: email.StatusCanceled}},
 	}, scenarios...)
+	if rare != "" {
+		// Two reschedules whose steps commit in the other order
+		// (reschedules-in-order), and a run canceled through Temporal
+		// while the email waits (canceled-run-cancels-email).
+		scenarios = []scenario{
+			{name: "reschedules-out-of-order", to: []string{"ida@rcpt.example"}, schedule: short, at: time.Hour,
+				during: func(id string) {
+					if _, err := tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: email.WorkflowID(id), UpdateName: email.RescheduleUpdate,
+						Args: []any{email.RescheduleInput{ScheduledAt: slowAt}}, WaitForStage: client.WorkflowUpdateStageAccepted}); err != nil {
+						t.Error(err)
+					}
+					update(email.RescheduleUpdate, email.RescheduleInput{ScheduledAt: time.Now().Add(4 * time.Second)})(id)
+				},
+				want: email.Result{Status: email.StatusSent, Attempts: 1}},
+			{name: "canceled-run", to: []string{"jo@rcpt.example"}, schedule: short, at: time.Hour, canceled: true,
+				during: func(id string) {
+					if err := tc.CancelWorkflow(ctx, email.WorkflowID(id), ""); err != nil {
+						t.Error(err)
+					}
+				}},
+		}
+	}
 	for _, sc := range scenarios {
 		id := uuid.Must(uuid.NewV7()).String()
 		const subject = "Invoice 42 for you"
@@ -216,7 +255,12 @@ func TestRecordHistories(t *testing.T) {
 			sc.during(id)
 		}
 		var res email.Result
-		if err := run.Get(ctx, &res); err != nil {
+		err = run.Get(ctx, &res)
+		var canceled *temporal.CanceledError
+		if sc.canceled && !errors.As(err, &canceled) {
+			t.Fatalf("%s: %v, want canceled", sc.name, err)
+		}
+		if err != nil && !sc.canceled {
 			t.Fatalf("%s: %v", sc.name, err)
 		}
 		if res != sc.want {
@@ -242,6 +286,9 @@ func TestRecordHistories(t *testing.T) {
 		// the run ends when the email is settled); the v1 to v5 files
 		// are kept from before each change, for the replay tests.
 		path := filepath.Join("testdata", fmt.Sprintf("email-delivery-v6-%s.json", sc.name))
+		if rare != "" {
+			path = filepath.Join("testdata", fmt.Sprintf("email-delivery-rare-%s-%s.json", rare, sc.name))
+		}
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -31,6 +31,26 @@ func TestReplayRecordedHistories(t *testing.T) {
 	// updates-before-send change the run sent at once (and ended with the
 	// step in flight); after it, it waits for the step, behind a marker.
 	testenv.ReplayHistories(t, "testdata/email-delivery-inflight-*.json", 2, email.Workflow, email.WorkflowName)
+	// Changes that only some runs meet, each recorded on the code before
+	// and after it (TestRecordHistories with MAILYARD_RECORD_RARE): two
+	// reschedules whose steps commit in the other order, and a run
+	// canceled through Temporal while the email waits. The runs after
+	// record the change's marker; those before have none.
+	testenv.ReplayHistories(t, "testdata/email-delivery-rare-*.json", 4, email.Workflow, email.WorkflowName)
+	files, _ := filepath.Glob("testdata/email-delivery-rare-*.json")
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if strings.Contains(f, "-rare-after-") {
+			want = 1
+		}
+		if got := len(versionMarker.FindAll(raw, -1)); got != want {
+			t.Errorf("%s: %d version markers, want %d", f, got, want)
+		}
+	}
 }
 
 // Marker names in a history (protojson varies the spaces).

@@ -28,6 +28,10 @@ type scheduledEnv struct {
 	deferFirst bool
 	// rescheduleTakes is how long the reschedule step takes (workflow time).
 	rescheduleTakes time.Duration
+	// slowReschedule, when set, is a time whose reschedule step takes
+	// slowTakes instead.
+	slowReschedule time.Time
+	slowTakes      time.Duration
 }
 
 func newScheduledEnv(t *testing.T, options ...func(*scheduledEnv)) *scheduledEnv {
@@ -59,10 +63,15 @@ func newScheduledEnv(t *testing.T, options ...func(*scheduledEnv)) *scheduledEnv
 	env.OnActivity(AttemptActivity, mock.Anything, mock.Anything).Return(attempt)
 	env.OnActivity(FirstAttemptActivity, mock.Anything, mock.Anything).Return(firstAttempt(prepare, attempt))
 	env.OnActivity(EraseActivity, mock.Anything, mock.Anything).Return(nil)
-	env.OnActivity(RescheduleActivity, mock.Anything, mock.Anything).Return(func(_ context.Context, in RescheduleActivityInput) error {
+	reschedule := func(_ context.Context, in RescheduleActivityInput) error {
 		env.rescheduled = append(env.rescheduled, in.ScheduledAt)
 		return nil
-	}).After(env.rescheduleTakes)
+	}
+	if !env.slowReschedule.IsZero() {
+		slow := mock.MatchedBy(func(in RescheduleActivityInput) bool { return in.ScheduledAt.Equal(env.slowReschedule) })
+		env.OnActivity(RescheduleActivity, mock.Anything, slow).Return(reschedule).After(env.slowTakes)
+	}
+	env.OnActivity(RescheduleActivity, mock.Anything, mock.Anything).Return(reschedule).After(env.rescheduleTakes)
 	env.OnActivity(CancelActivity, mock.Anything, mock.Anything).Return(func(context.Context, CancelInput) error {
 		env.canceled++
 		return nil
@@ -152,6 +161,45 @@ func TestRescheduleRecordedBeforeSending(t *testing.T) {
 	}
 	if recorded := start.Add(time.Hour + env.rescheduleTakes); env.preparedAt.Before(recorded) {
 		t.Fatalf("prepared at +%s, before the new time was recorded at +%s", env.preparedAt.Sub(start), recorded.Sub(start))
+	}
+}
+
+// Two reschedules whose steps commit in the other order (the first one's
+// slower): the store ends at the time the run sends at, the second's, and
+// the message is dated then. Before, it kept the first's.
+func TestReschedulesRecordedInOrder(t *testing.T) {
+	var start time.Time
+	env := newScheduledEnv(t, func(env *scheduledEnv) {
+		start = env.Now()
+		env.slowReschedule, env.slowTakes = start.Add(5*time.Hour), 30*time.Minute
+	})
+	at, first, second := start.Add(9*time.Hour), start.Add(5*time.Hour), start.Add(6*time.Hour)
+	var out1, out2 updateOutcome
+	env.updateAt(time.Hour, RescheduleUpdate, &out1, RescheduleInput{ScheduledAt: first})
+	env.updateAt(time.Hour+time.Minute, RescheduleUpdate, &out2, RescheduleInput{ScheduledAt: second})
+	env.ExecuteWorkflow(WorkflowName, Input{EmailID: testEmailID, Retention: time.Hour, ScheduledAt: &at})
+	env.result(t)
+	if out1.err != nil || out2.err != nil || len(env.rescheduled) == 0 || !env.rescheduled[len(env.rescheduled)-1].Equal(second) {
+		t.Fatalf("updates %+v %+v, recorded %v: want the second time last", out1, out2, env.rescheduled)
+	}
+	if !env.preparedAt.Equal(second) {
+		t.Fatalf("prepared at +%s, want +6h", env.preparedAt.Sub(start))
+	}
+}
+
+// A run canceled through Temporal (an operator in the Temporal UI) while
+// the email waits records the email canceled before it ends, as the cancel
+// update would: before, the email stayed scheduled with no run.
+func TestCanceledRunCancelsTheEmail(t *testing.T) {
+	env := newScheduledEnv(t)
+	at := env.Now().Add(9 * time.Hour)
+	env.RegisterDelayedCallback(env.CancelWorkflow, time.Hour)
+	env.ExecuteWorkflow(WorkflowName, Input{EmailID: testEmailID, Retention: time.Hour, ScheduledAt: &at})
+	if !env.IsWorkflowCompleted() || !temporal.IsCanceledError(env.GetWorkflowError()) {
+		t.Fatalf("completed %v, error %v; want canceled", env.IsWorkflowCompleted(), env.GetWorkflowError())
+	}
+	if env.canceled != 1 || !env.preparedAt.IsZero() {
+		t.Fatalf("cancel recorded %d times, prepared %v", env.canceled, env.preparedAt)
 	}
 }
 

@@ -197,6 +197,51 @@ const scheduledSendChange = "scheduled-send"
 // let it finish before sending.
 const updatesBeforeSendChange = "updates-before-send"
 
+// reschedulesInOrderChange is the workflow.GetVersion change id of runs in
+// which a reschedule whose step finished after another's writes the newer
+// time again (recorded only in the runs where it happens).
+const reschedulesInOrderChange = "reschedules-in-order"
+
+// recordScheduledAt runs the reschedule step that stores written, then,
+// while the time the run goes by (current) is another one, stores that: two
+// reschedules at once run their steps side by side, and the one that
+// commits last must not leave the store (and the message's date) at the
+// older time while the run sends at the newer. Runs from before stopped
+// after their step, and replay that way.
+func recordScheduledAt(ctx, stepCtx workflow.Context, emailID string, written time.Time, current func() time.Time) error {
+	for {
+		err := workflow.ExecuteActivity(stepCtx, RescheduleActivity, RescheduleActivityInput{EmailID: emailID, ScheduledAt: written}).Get(ctx, nil)
+		if err != nil || current().Equal(written) ||
+			workflow.GetVersion(ctx, reschedulesInOrderChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+			return err
+		}
+		written = current()
+	}
+}
+
+// canceledRunChange is the workflow.GetVersion change id of runs that,
+// canceled through Temporal while the email waits for its time (an operator
+// in the Temporal UI), record the email canceled before they end (recorded
+// only in the runs where it happens).
+const canceledRunChange = "canceled-run-cancels-email"
+
+// recordCanceledRun stores the email canceled when err is the run's own
+// cancellation, as the cancel update does, and returns err: otherwise the
+// email would stay scheduled with no run to send or cancel it, and the
+// API's cancel, finding no run, would start one. Runs from before ended at
+// once, and replay that way.
+func recordCanceledRun(ctx, stepCtx workflow.Context, emailID string, err error) error {
+	if !temporal.IsCanceledError(err) ||
+		workflow.GetVersion(ctx, canceledRunChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return err
+	}
+	recordCtx, _ := workflow.NewDisconnectedContext(stepCtx)
+	if cerr := workflow.ExecuteActivity(recordCtx, CancelActivity, CancelInput{EmailID: emailID}).Get(recordCtx, nil); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
 // waitUntilScheduled waits, for a scheduled email, until its time, on a
 // durable timer the Temporal UI shows, while the reschedule and cancel
 // updates may move or end the wait. Once it returns without canceled,
@@ -219,7 +264,7 @@ func waitUntilScheduled(ctx, stepCtx workflow.Context, in Input) (canceled bool,
 	err = workflow.SetUpdateHandlerWithOptions(ctx, RescheduleUpdate,
 		func(ctx workflow.Context, r RescheduleInput) error {
 			at, changed = r.ScheduledAt, true
-			return workflow.ExecuteActivity(stepCtx, RescheduleActivity, RescheduleActivityInput{EmailID: in.EmailID, ScheduledAt: r.ScheduledAt}).Get(ctx, nil)
+			return recordScheduledAt(ctx, stepCtx, in.EmailID, r.ScheduledAt, func() time.Time { return at })
 		},
 		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r RescheduleInput) error { return notScheduled() }})
 	if err != nil {
@@ -239,7 +284,7 @@ func waitUntilScheduled(ctx, stepCtx workflow.Context, in Input) (canceled bool,
 			changed = false
 			woken, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return changed || canceled })
 			if err != nil {
-				return false, err
+				return false, recordCanceledRun(ctx, stepCtx, in.EmailID, err)
 			}
 			if woken {
 				continue
@@ -253,7 +298,7 @@ func waitUntilScheduled(ctx, stepCtx workflow.Context, in Input) (canceled bool,
 		if !workflow.AllHandlersFinished(ctx) &&
 			workflow.GetVersion(ctx, updatesBeforeSendChange, workflow.DefaultVersion, 1) == 1 {
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
-				return false, err
+				return false, recordCanceledRun(ctx, stepCtx, in.EmailID, err)
 			}
 			continue
 		}
