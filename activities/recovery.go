@@ -36,24 +36,17 @@ func (a *Recovery) Redeliver(ctx context.Context, in recovery.RedeliverInput) (r
 	if webhookStatus != store.WebhookEnabled {
 		return recovery.RedeliverResult{WebhookGone: true}, nil
 	}
-	if reopened {
-		return recovery.RedeliverResult{Redelivered: true}, a.Runs.StartForRecovery(ctx, d.ID, in.RecoveryID)
-	}
 	ours := d.RecoveryID != nil && *d.RecoveryID == in.RecoveryID
-	if !ours {
+	switch {
+	case reopened:
+	case !ours:
 		return recovery.RedeliverResult{}, nil // not failed (any more): nothing to recover
-	}
-	if d.Status != store.DeliveryPending {
+	case d.Status != store.DeliveryPending:
 		return recovery.RedeliverResult{Redelivered: true}, nil // our series already ended
 	}
-	// Reopened by an earlier try of this activity, which may have stopped
-	// before starting the series, or before its start was acknowledged.
-	running, open, err := a.Runs.RecoveryOfOpenRun(ctx, d.ID)
-	if err != nil {
-		return recovery.RedeliverResult{}, err
-	}
-	if open && running == in.RecoveryID {
-		return recovery.RedeliverResult{Redelivered: true}, nil
-	}
-	return recovery.RedeliverResult{Redelivered: true}, a.Runs.StartForRecovery(ctx, d.ID, in.RecoveryID)
+	// Reopened now, or by an earlier try of this activity, which may have
+	// stopped before starting the series, or before its start was
+	// acknowledged; meanwhile a customer's retry may have started it. A run
+	// of the delivery's current series is joined, whoever started it.
+	return recovery.RedeliverResult{Redelivered: true}, a.Runs.StartForRecovery(ctx, d.ID, d.Series, in.RecoveryID)
 }

@@ -239,14 +239,14 @@ func (s *Server) retryDelivery(ctx context.Context, in *RetryDeliveryInput) (*Re
 	// series' first attempt sends only to a pending delivery) and gets a new
 	// series; a pending one gets a series only if none runs (its first start
 	// failed), else 409.
-	reopened, err := s.store.ReopenDelivery(ctx, d.ID)
+	reopened, series, err := s.store.ReopenDelivery(ctx, d.ID)
 	if err != nil {
 		return nil, err
 	}
 	if reopened {
-		err = s.deliveries.StartAgain(ctx, d.ID)
+		err = s.deliveries.StartAgain(ctx, d.ID, series)
 	} else {
-		err = s.deliveries.StartIfIdle(ctx, d.ID)
+		err = s.deliveries.StartIfIdle(ctx, d.ID, series)
 	}
 	if errors.Is(err, deliveryruns.ErrSeriesRunning) {
 		return nil, errSeriesRunning

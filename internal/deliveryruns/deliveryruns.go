@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -96,72 +97,99 @@ func (r *Runs) startFirst(ctx context.Context, ids []string, owners map[string]s
 // ErrSeriesRunning refuses a new series while the previous one still runs.
 var ErrSeriesRunning = errors.New("the delivery's attempt series is still running")
 
-// StartAgain starts a new attempt series for a delivery that the caller has
-// just moved from final (delivered or failed) to pending. A run still open
-// under the delivery's workflow id is one that is only finishing: it has
-// already recorded the final status the caller read, and will make no more
-// attempts. It is terminated and replaced, so a retry right after the log
-// turns final always starts a new series instead of racing the old run's
-// last workflow task.
-func (r *Runs) StartAgain(ctx context.Context, id string) error {
-	return r.startReplacing(ctx, id, "")
+// A delivery's attempt series are numbered (store.Delivery.Series: every
+// reopen adds one), and the run of a series carries its number in its memo.
+const (
+	seriesMemo = "series"
+	// recoveryMemo says which recovery started a run (an id, visible in
+	// the Temporal UI).
+	recoveryMemo = "recovery_id"
+)
+
+// StartAgain starts series number series for a delivery that the caller has
+// just moved from final (delivered or failed) to pending. A run open under
+// the delivery's workflow id is either one of an older series, only
+// finishing (it has recorded the final status the caller read, and makes no
+// more attempts), which is terminated and replaced, so that a retry right
+// after the log turns final does not race the old run's last workflow task;
+// or one of this very series, started by a concurrent retry or recovery
+// (StartIfIdle, StartForRecovery), which is joined: replaced, it might
+// already have sent.
+func (r *Runs) StartAgain(ctx context.Context, id string, series int64) error {
+	return r.startSeries(ctx, id, series, "")
 }
 
-// recoveryMemo names the memo field that says which recovery started a run.
-const recoveryMemo = "recovery_id"
-
-// StartForRecovery is StartAgain for a delivery a recovery reopened; the run
-// carries the recovery's id in its memo (an id, visible in the Temporal UI),
-// so that a retried redelivery can tell its own run from an older one.
-func (r *Runs) StartForRecovery(ctx context.Context, id, recoveryID string) error {
-	return r.startReplacing(ctx, id, recoveryID)
+// StartForRecovery is StartAgain for a delivery a recovery reopened (or
+// found reopened by its own earlier try); the run carries the recovery's id
+// in its memo too.
+func (r *Runs) StartForRecovery(ctx context.Context, id string, series int64, recoveryID string) error {
+	return r.startSeries(ctx, id, series, recoveryID)
 }
 
-// RecoveryOfOpenRun returns the recovery id in the memo of the delivery's
-// open run, and whether a run is open at all.
-func (r *Runs) RecoveryOfOpenRun(ctx context.Context, id string) (recoveryID string, open bool, err error) {
-	desc, err := r.Temporal.DescribeWorkflowExecution(ctx, delivery.WorkflowID(id), "")
-	var notFound *serviceerror.NotFound
-	if errors.As(err, &notFound) {
-		return "", false, nil
-	}
+// maxReplaces bounds how many older runs one start replaces: one is the
+// rule; more means runs keep appearing under the id, and the caller is
+// answered ErrSeriesRunning.
+const maxReplaces = 2
+
+func (r *Runs) startSeries(ctx context.Context, id string, series int64, recoveryID string) error {
+	owners, err := r.owners(ctx, []string{id})
 	if err != nil {
-		return "", false, err
+		return err
 	}
-	info := desc.GetWorkflowExecutionInfo()
-	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return "", false, nil
+	s := r.starting(id, owners[id], delivery.OnlyIfIdle)
+	s.Memo = map[string]any{seriesMemo: series}
+	if recoveryID != "" {
+		s.Memo[recoveryMemo] = recoveryID
 	}
-	if p, ok := info.GetMemo().GetFields()[recoveryMemo]; ok {
-		if err := converter.GetDefaultDataConverter().FromPayload(p, &recoveryID); err != nil {
-			return "", true, err
+	for range maxReplaces + 1 {
+		err := delivery.Start(ctx, r.Temporal, s, r.input(id))
+		var started *serviceerror.WorkflowExecutionAlreadyStarted
+		if !errors.As(err, &started) {
+			return err
+		}
+		open, err := r.seriesOf(ctx, id, started.RunId)
+		if err != nil {
+			return err
+		}
+		if open == series {
+			return nil
+		}
+		err = r.Temporal.TerminateWorkflow(ctx, delivery.WorkflowID(id), started.RunId, "replaced by attempt series "+strconv.FormatInt(series, 10))
+		var notFound *serviceerror.NotFound
+		if err != nil && !errors.As(err, &notFound) {
+			return err // NotFound: it has just closed by itself
 		}
 	}
-	return recoveryID, true, nil
+	return ErrSeriesRunning
 }
 
-func (r *Runs) startReplacing(ctx context.Context, id, recoveryID string) error {
+// seriesOf returns the series number in the memo of one run of the
+// delivery, -1 for a run started before series were numbered.
+func (r *Runs) seriesOf(ctx context.Context, id, runID string) (int64, error) {
+	desc, err := r.Temporal.DescribeWorkflowExecution(ctx, delivery.WorkflowID(id), runID)
+	if err != nil {
+		return 0, err
+	}
+	p, ok := desc.GetWorkflowExecutionInfo().GetMemo().GetFields()[seriesMemo]
+	if !ok {
+		return -1, nil
+	}
+	var series int64
+	return series, converter.GetDefaultDataConverter().FromPayload(p, &series)
+}
+
+// StartIfIdle starts series number series for a pending delivery only if no
+// run is open under its workflow id (ErrSeriesRunning otherwise): it gives a
+// series to a delivery whose start failed, and never a second one to a
+// delivery whose series runs.
+func (r *Runs) StartIfIdle(ctx context.Context, id string, series int64) error {
 	owners, err := r.owners(ctx, []string{id})
 	if err != nil {
 		return err
 	}
-	s := r.starting(id, owners[id], delivery.ReplaceOpen)
-	if recoveryID != "" {
-		s.Memo = map[string]any{recoveryMemo: recoveryID}
-	}
-	return delivery.Start(ctx, r.Temporal, s, r.input(id))
-}
-
-// StartIfIdle starts a series for a pending delivery only if no run is open
-// under its workflow id (ErrSeriesRunning otherwise): it gives a series to a
-// delivery whose first start failed, and never a second one to a delivery
-// whose series runs.
-func (r *Runs) StartIfIdle(ctx context.Context, id string) error {
-	owners, err := r.owners(ctx, []string{id})
-	if err != nil {
-		return err
-	}
-	err = delivery.Start(ctx, r.Temporal, r.starting(id, owners[id], delivery.OnlyIfIdle), r.input(id))
+	s := r.starting(id, owners[id], delivery.OnlyIfIdle)
+	s.Memo = map[string]any{seriesMemo: series}
+	err = delivery.Start(ctx, r.Temporal, s, r.input(id))
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
 		return ErrSeriesRunning

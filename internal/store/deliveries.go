@@ -28,7 +28,10 @@ type Delivery struct {
 	// nil means a test event.
 	PlatformEventID *int64 `bun:"platform_event_id"`
 	// RecoveryID names the recovery that last reopened the delivery.
-	RecoveryID *string    `bun:"recovery_id"`
+	RecoveryID *string `bun:"recovery_id"`
+	// Series counts the delivery's reopens: the number of its current
+	// attempt series, which that series' run carries (deliveryruns).
+	Series     int64      `bun:"series,notnull"`
 	EventType  string     `bun:"event_type,notnull"`
 	Body       []byte     `bun:"body,notnull"`
 	Status     string     `bun:"status,notnull"`
@@ -239,18 +242,23 @@ func finishDelivery(ctx context.Context, db bun.IDB, id, status string, at time.
 }
 
 // ReopenDelivery makes a final (delivered or failed) delivery pending again
-// for a new attempt series. It reports false, changing nothing, for a
-// delivery that is pending already: of two concurrent retries one reopens.
-func (s *Store) ReopenDelivery(ctx context.Context, id string) (bool, error) {
-	res, err := s.DB.NewUpdate().Model((*Delivery)(nil)).
-		Set("status = ?", DeliveryPending).Set("finished_at = NULL").
+// for a new attempt series, and returns that series' number. It reports
+// false, changing nothing, for a delivery that is pending already (of two
+// concurrent retries one reopens), with the number of its current series.
+func (s *Store) ReopenDelivery(ctx context.Context, id string) (reopened bool, series int64, err error) {
+	var rows []int64
+	err = s.DB.NewUpdate().Model((*Delivery)(nil)).
+		Set("status = ?", DeliveryPending).Set("finished_at = NULL").Set("series = series + 1").
 		Where("id = ?", id).Where("status IN (?)", bun.List([]string{DeliveryDelivered, DeliveryFailed})).
-		Exec(ctx)
+		Returning("series").Scan(ctx, &rows)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	if len(rows) == 1 {
+		return true, rows[0], nil
+	}
+	err = s.DB.NewSelect().Model((*Delivery)(nil)).Column("series").Where("id = ?", id).Scan(ctx, &series)
+	return false, series, notFound(err, "delivery")
 }
 
 // DeliveryFailed reports whether a delivery is failed (false for a missing

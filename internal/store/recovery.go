@@ -50,17 +50,17 @@ func (s *Store) ReopenForRecovery(ctx context.Context, id, recoveryID string) (r
 		if webhookStatus != WebhookEnabled || d.Status != DeliveryFailed || (d.RecoveryID != nil && *d.RecoveryID == recoveryID) {
 			return nil
 		}
-		res, err := tx.NewUpdate().Model((*Delivery)(nil)).
-			Set("status = ?", DeliveryPending).Set("finished_at = NULL").Set("recovery_id = ?", recoveryID).
+		var series []int64
+		err := tx.NewUpdate().Model((*Delivery)(nil)).
+			Set("status = ?", DeliveryPending).Set("finished_at = NULL").Set("recovery_id = ?", recoveryID).Set("series = series + 1").
 			Where("id = ?", id).Where("status = ?", DeliveryFailed).
-			Exec(ctx)
+			Returning("series").Scan(ctx, &series)
 		if err != nil {
 			return err
 		}
-		n, _ := res.RowsAffected()
-		reopened = n == 1
+		reopened = len(series) == 1
 		if reopened {
-			d.Status, d.FinishedAt, d.RecoveryID = DeliveryPending, nil, &recoveryID
+			d.Status, d.FinishedAt, d.RecoveryID, d.Series = DeliveryPending, nil, &recoveryID, series[0]
 		}
 		return nil
 	})

@@ -175,14 +175,25 @@ func TestIngestFansOutOnceAndAttemptsFinishDeliveries(t *testing.T) {
 		if err != nil || len(none) != 0 {
 			t.Fatalf("ingest to a disabled webhook: %+v %v", none, err)
 		}
-		if reopened, err := st.ReopenDelivery(ctx, id); err != nil || !reopened {
-			t.Fatal(reopened, err)
+		// Each reopen numbers a new series; a reopen of a pending
+		// delivery changes nothing and answers the current number.
+		if reopened, series, err := st.ReopenDelivery(ctx, id); err != nil || !reopened || series != 1 {
+			t.Fatal(reopened, series, err)
 		}
-		if reopened, err := st.ReopenDelivery(ctx, id); err != nil || reopened {
-			t.Fatal("a pending delivery reopened again", err)
+		if reopened, series, err := st.ReopenDelivery(ctx, id); err != nil || reopened || series != 1 {
+			t.Fatal("a pending delivery reopened again", series, err)
 		}
-		if d, err := st.DeliveryOfWebhook(ctx, w.ID, id); err != nil || d.Status != store.DeliveryPending || d.FinishedAt != nil {
+		if d, err := st.DeliveryOfWebhook(ctx, w.ID, id); err != nil || d.Status != store.DeliveryPending || d.FinishedAt != nil || d.Series != 1 {
 			t.Fatalf("reopened %+v %v", d, err)
+		}
+		if err := st.FinishDelivery(ctx, id, store.DeliveryFailed); err != nil {
+			t.Fatal(err)
+		}
+		if reopened, series, err := st.ReopenDelivery(ctx, id); err != nil || !reopened || series != 2 {
+			t.Fatal("reopened again", reopened, series, err)
+		}
+		if _, _, err := st.ReopenDelivery(ctx, "00000000-0000-7000-8000-000000000000"); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("an unknown delivery: %v", err)
 		}
 	})
 }

@@ -122,9 +122,6 @@ const (
 	// JoinOpen joins an open run and refuses (AlreadyStarted) after a
 	// closed one: the first start of a new delivery.
 	JoinOpen StartMode = iota
-	// ReplaceOpen terminates an open run and starts a new series: a retry
-	// or redelivery of a delivery that has just turned pending again.
-	ReplaceOpen
 	// OnlyIfIdle refuses (AlreadyStarted) while a run is open.
 	OnlyIfIdle
 )
@@ -153,9 +150,6 @@ func Start(ctx context.Context, c client.Client, s Starting, in Input) error {
 	case JoinOpen:
 		opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
 		opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE
-	case ReplaceOpen:
-		opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_TERMINATE_EXISTING
-		opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
 	case OnlyIfIdle:
 		opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL
 		opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
