@@ -114,12 +114,16 @@ func TestScheduledAndBatchSending(t *testing.T) {
 	}
 	// A scheduled email answered whose workflow is not there (a batch's
 	// starts ran out of time, and the sweep has not started it yet; here
-	// its run is deleted) is canceled all the same: its workflow is
-	// started to be asked, and the sweep finds nothing left to send.
+	// its run is deleted, and it is marked answered as the batch marks
+	// such an email) is canceled all the same: its workflow is started to
+	// be asked, and the sweep finds nothing left to send.
 	unstarted := api.sendBatch([]map[string]any{body("unstarted@rcpt.example", time.Now().Add(3*time.Second).Format(time.RFC3339Nano))})[0].ID
 	if _, err := s.temporalC.WorkflowService().DeleteWorkflowExecution(context.Background(), &workflowservice.DeleteWorkflowExecutionRequest{
 		Namespace: s.namespace, WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: "email-delivery:" + unstarted},
 	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.MarkEmailsAnswered(context.Background(), []string{unstarted}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 10*time.Second, "the run deleted", func() bool {
