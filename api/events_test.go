@@ -111,6 +111,8 @@ func TestIngestDeliversSignedEventsOnce(t *testing.T) {
 	h.domainInStatus(h.orgID, "other.example", store.DomainVerified)
 	for _, other := range []map[string]any{
 		event("e1", "other.example", "delivered"),
+		event("e1", "unverified.example", "delivered"), // a domain no one has verified: still the event_id
+
 		event("e1", "shop.example", "bounced"),
 		withField(event("e1", "shop.example", "delivered"), "to_email", "bob@customer.example"),
 	} {

@@ -114,12 +114,12 @@ func (s *Store) IngestEvent(ctx context.Context, ev *Event, owners []DomainOwner
 // EventID, Domain, EventType, MessageID and ToEmail) was first ingested, and
 // whether it was; for an event sent again after its domain stopped being
 // verified, whose deliveries still need their workflows. Another event
-// stored for the domain under the same EventID is ErrEventIDReused, as
-// IngestEvent says of it.
+// stored under the same EventID (event ids are unique across domains) is
+// ErrEventIDReused, as IngestEvent says of it.
 func (s *Store) IngestedEventDeliveries(ctx context.Context, ev *Event) (deliveries []Delivery, found bool, err error) {
 	var stored Event
 	err = s.DB.NewSelect().Model(&stored).Column("id", "domain", "event_type", "message_id", "to_email").
-		Where("event_id = ?", ev.EventID).Where("domain = ?", ev.Domain).Scan(ctx)
+		Where("event_id = ?", ev.EventID).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, false, nil
 	}
