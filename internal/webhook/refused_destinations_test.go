@@ -81,6 +81,11 @@ var refusedDestinations = []refusedDestination{
 	{host: "localhost", literal: true},
 	{host: "LocalHost.", literal: true},
 	{host: "foo.localhost", literal: true},
+	// Full-width forms, which the HTTP client maps to ASCII before it
+	// dials: creation judges them as mapped.
+	{host: "\uff11\uff12\uff17.\uff10.\uff10.\uff11", literal: true},
+	{host: "127\u30020\u30020\u30021", literal: true},
+	{host: "\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54", literal: true},
 	// Unspecified, which connects to the local host.
 	{host: "0.0.0.0", literal: true},
 	{host: "0", literal: true, dial: resolvesNowhere},
@@ -97,6 +102,7 @@ var refusedDestinations = []refusedDestination{
 	{host: "[fec0::1]", literal: true},
 	// Link-local and cloud metadata.
 	{host: "169.254.169.254", literal: true},
+	{host: "169.254.169.\uff12\uff15\uff14", literal: true},
 	{host: "169.254.0.1", literal: true},
 	{host: "[fe80::1]", literal: true},
 	{host: "[fe80::1%25lo]", literal: true, dial: anyFailure},

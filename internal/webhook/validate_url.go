@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/net/idna"
+
 	"github.com/mailyard/mailyard/internal/egress"
 )
 
@@ -87,6 +89,17 @@ func checkHost(host string, p Policy) error {
 	if host == "" {
 		return errors.New("url must have a host")
 	}
+	// The host is judged as it will be dialled: Go's HTTP client converts
+	// a non-ASCII host to ASCII (IDNA's lookup mapping) first, which makes
+	// full-width digits and letters into ASCII ones, so "１２７.０.０.１"
+	// and "ｌｏｃａｌｈｏｓｔ" would otherwise pass here as names.
+	if !isASCII(host) {
+		ascii, err := idna.Lookup.ToASCII(host)
+		if err != nil {
+			return fmt.Errorf("url host %s is not a valid internationalized domain name", host)
+		}
+		host = ascii
+	}
 	if addr, err := netip.ParseAddr(host); err == nil {
 		if addr.Zone() != "" {
 			return errors.New("url host must not carry an IPv6 zone")
@@ -111,6 +124,15 @@ func checkHost(host string, p Policy) error {
 		return errors.New("url host must not be localhost")
 	}
 	return nil
+}
+
+func isASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] > 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // looksNumeric applies the WHATWG URL rule: a host whose last label is a
@@ -138,10 +160,8 @@ func checkHostName(name string) error {
 			return errors.New("url host name must be made of dot-separated labels of 1 to 63 characters")
 		}
 		for _, r := range label {
-			// IDNA maps these full stops to "." (so 127。0。0。1 could
-			// become an address); they are refused rather than mapped.
-			ideographicDot := r == '\u3002' || r == '\uff0e' || r == '\uff61'
-			ok := r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r > 0x7f && !ideographicDot
+			// An internationalized name is here in its ASCII form.
+			ok := r == '-' || r == '_' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9'
 			if !ok {
 				return fmt.Errorf("url host name must not contain %q", r)
 			}
