@@ -256,6 +256,21 @@ func (r RateLimit) String() string {
 	return strconv.Itoa(r.Requests) + "/" + r.Per.String()
 }
 
+// validURL reports whether a database URL parses, as the PostgreSQL driver
+// parses it, with a port (if any) that is a port number.
+func validURL(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return false
+		}
+	}
+	return true
+}
+
 // DefaultRateLimit is MAILYARD_RATE_LIMIT's default.
 const DefaultRateLimit = "20/s"
 
@@ -695,6 +710,9 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 			errs = append(errs, errors.New("MAILYARD_DATABASE_URL: required (postgres://... or sqlite://PATH)"))
 		case !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") && !strings.HasPrefix(c.DatabaseURL, "sqlite://"):
 			errs = append(errs, errors.New("MAILYARD_DATABASE_URL: must start with postgres:// or sqlite://"))
+		case !strings.HasPrefix(c.DatabaseURL, "sqlite://") && !validURL(c.DatabaseURL):
+			// The value is not repeated: it holds the password.
+			errs = append(errs, errors.New("MAILYARD_DATABASE_URL: not a valid URL; percent-encode any /, ?, #, @, : or % in the user name or password (e.g. / as %2F)"))
 		}
 	}
 

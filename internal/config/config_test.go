@@ -369,3 +369,17 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+// A database URL the driver cannot read (a password with an unencoded "/")
+// is refused at start with a message that does not repeat the password.
+func TestDatabaseURLMustParse(t *testing.T) {
+	for _, bad := range []string{"postgres://mailyard:ab/c+d=@db/mailyard", "postgres://u:p@db:99999/x"} {
+		_, err := LoadFrom(env(map[string]string{"MAILYARD_DATABASE_URL": bad}), Need{Database: true})
+		if err == nil || !strings.Contains(err.Error(), "MAILYARD_DATABASE_URL: not a valid URL") || strings.Contains(err.Error(), "ab/c") || strings.Contains(err.Error(), ":p@") {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+	if _, err := LoadFrom(env(map[string]string{"MAILYARD_DATABASE_URL": "postgres://u:p%2Fq@db:5432/x?sslmode=disable"}), Need{Database: true}); err != nil && strings.Contains(err.Error(), "MAILYARD_DATABASE_URL") {
+		t.Errorf("an encoded password: %v", err)
+	}
+}

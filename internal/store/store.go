@@ -37,12 +37,29 @@ type Store struct {
 	DB *bun.DB
 }
 
+// pgConnector is pgdriver's connector for a URL. pgdriver panics on a URL
+// it cannot read (a password with an unencoded "/", a bad sslmode), and its
+// message holds the URL, password included: the panic becomes an error
+// that says neither.
+func pgConnector(databaseURL string) (c *pgdriver.Connector, err error) {
+	defer func() {
+		if recover() != nil {
+			c, err = nil, errors.New("the PostgreSQL URL cannot be read (percent-encode any /, ?, #, @, : or % in the user name or password; check sslmode and the certificate files it names)")
+		}
+	}()
+	return pgdriver.NewConnector(pgdriver.WithDSN(databaseURL)), nil
+}
+
 // Open connects to a postgres:// or sqlite:// URL. It does not migrate.
 func Open(ctx context.Context, databaseURL string) (*Store, error) {
 	var db *bun.DB
 	switch {
 	case strings.HasPrefix(databaseURL, "postgres://"), strings.HasPrefix(databaseURL, "postgresql://"):
-		sqldb := sql.OpenDB(pgdriver.NewConnector(pgdriver.WithDSN(databaseURL)))
+		connector, err := pgConnector(databaseURL)
+		if err != nil {
+			return nil, err
+		}
+		sqldb := sql.OpenDB(connector)
 		sqldb.SetMaxOpenConns(32)
 		sqldb.SetMaxIdleConns(32)
 		sqldb.SetConnMaxIdleTime(5 * time.Minute)

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,4 +105,15 @@ func TestAPIKeyLifecycle(t *testing.T) {
 			t.Fatalf("half-written organization: %v", err)
 		}
 	})
+}
+
+// A PostgreSQL URL that pgdriver cannot read made it panic, with the URL
+// (password included) in the message; it is an error that says neither.
+func TestOpenRefusesAnUnreadableURLQuietly(t *testing.T) {
+	for _, bad := range []string{"postgres://mailyard:ab/c+d=@db/mailyard", "postgres://u:secret@db/x?sslmode=sometimes"} {
+		_, err := store.Open(context.Background(), bad)
+		if err == nil || strings.Contains(err.Error(), "ab/c") || strings.Contains(err.Error(), "secret") {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
 }
