@@ -225,16 +225,25 @@ func serveListener(ctx context.Context, name string, ln net.Listener, h http.Han
 		return err
 	case <-ctx.Done():
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), httpDrainTimeout)
 	defer cancel()
 	if err := hs.Shutdown(shutdownCtx); err != nil {
-		return err
+		// Still a stop: the requests left are cut (their contexts end, so
+		// their handlers return), and what they stored the sweeps finish.
+		logger.Warn("requests still running at the end of the drain were cut", "listener", name, "drain", httpDrainTimeout)
+		hs.Close()
 	}
 	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
 }
+
+// httpDrainTimeout is how long a stopping HTTP listener waits for the
+// requests under way: longer than a send's 30 s for its workflow start, so
+// that a stop does not cut an email between its storage and its answer.
+// Deployments give the process more than this to stop (deploy/).
+const httpDrainTimeout = 40 * time.Second
 
 // withStoreAndTemporal loads the configuration a long-running process needs,
 // opens the store (refusing a schema that is behind) and a Temporal client, and
