@@ -33,6 +33,10 @@ func main() {
 	slog.SetDefault(logger)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal begins the graceful stop; once it has, a second one
+	// (Ctrl-C again, while a worker waits for an SMTP attempt) ends the
+	// process at once, as signals do by default.
+	context.AfterFunc(ctx, stop)
 
 	if err := run(ctx, logger, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "mailyard:", err)
