@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sync/errgroup"
@@ -97,10 +100,14 @@ func cmdDev(ctx context.Context, logger *slog.Logger) error {
 		cfg.DNSResolver = cfg.DNSAddr
 	}
 
+	temporalPort, err := devTemporalPort(cfg.TemporalAddress)
+	if err != nil {
+		return err
+	}
 	fmt.Fprintln(os.Stderr, "starting the Temporal dev server (state in .data/temporal.db)...")
 	temporal, err := temporaldev.Start(ctx, temporaldev.Options{
 		DBFile: filepath.Join(dataDir, "temporal.db"),
-		Port:   portOf(cfg.TemporalAddress, 7233),
+		Port:   temporalPort,
 		// 0: the Temporal port plus 1000, 8233 by default.
 		UIPort: 0,
 		Output: os.Stderr,
@@ -217,12 +224,17 @@ func readOrCreate(path string, generate func() (string, error)) (string, error) 
 	return v, writeSecretFile(path, v+"\n")
 }
 
-func portOf(addr string, def int) int {
-	var port int
-	if _, p, ok := strings.Cut(addr, ":"); ok {
-		if _, err := fmt.Sscanf(p, "%d", &port); err == nil {
-			return port
-		}
+// devTemporalPort is the port of the Temporal dev server that `mailyard dev`
+// starts on this machine, for the TEMPORAL_ADDRESS its clients dial: that
+// address must be this machine's (loopback or localhost).
+func devTemporalPort(addr string) (int, error) {
+	host, port, err := net.SplitHostPort(addr)
+	n, perr := strconv.Atoi(port)
+	if err != nil || perr != nil || n < 1 || n > 65535 {
+		return 0, fmt.Errorf("TEMPORAL_ADDRESS %q is not a host:port", addr)
 	}
-	return def
+	if ip, err := netip.ParseAddr(host); host != "localhost" && (err != nil || !ip.IsLoopback()) {
+		return 0, fmt.Errorf("TEMPORAL_ADDRESS %q: mailyard dev starts its own Temporal dev server on this machine, so the address must be a loopback one (127.0.0.1:7233 by default)", addr)
+	}
+	return n, nil
 }
