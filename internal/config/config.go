@@ -194,7 +194,7 @@ func (s *SMTP) load(port string) []error {
 	switch s.Mode {
 	case "mx":
 	case "relay":
-		if _, _, err := net.SplitHostPort(s.Relay); err != nil {
+		if !dialAddress(s.Relay) {
 			errs = append(errs, fmt.Errorf("MAILYARD_SMTP_RELAY: %q is not a host:port address (required when MAILYARD_SMTP_MODE=relay)", s.Relay))
 		}
 	default:
@@ -254,6 +254,18 @@ func (r RateLimit) String() string {
 		}
 	}
 	return strconv.Itoa(r.Requests) + "/" + r.Per.String()
+}
+
+// portNumber reports whether port is a number from min to 65535.
+func portNumber(port string, min int) bool {
+	n, err := strconv.Atoi(port)
+	return err == nil && n >= min && n <= 65535
+}
+
+// dialAddress reports whether addr is a host and a port to connect to.
+func dialAddress(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	return err == nil && host != "" && portNumber(port, 1)
 }
 
 // validURL reports whether a database URL parses, as the PostgreSQL driver
@@ -543,9 +555,11 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 		}
 		return d
 	}
+	// A listener's address may leave the host out (every interface) and
+	// take port 0 (any free one).
 	addr := func(name, def string) string {
 		v := str(name, def)
-		if _, _, err := net.SplitHostPort(v); err != nil {
+		if _, port, err := net.SplitHostPort(v); err != nil || !portNumber(port, 0) {
 			errs = append(errs, fmt.Errorf("%s: %q is not a host:port address", name, v))
 		}
 		return v
@@ -553,7 +567,7 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 
 	c := &Config{
 		DatabaseURL:       str("MAILYARD_DATABASE_URL", ""),
-		TemporalAddress:   addr("TEMPORAL_ADDRESS", "localhost:7233"),
+		TemporalAddress:   str("TEMPORAL_ADDRESS", "localhost:7233"),
 		TemporalNamespace: str("TEMPORAL_NAMESPACE", "default"),
 		TemporalTLS: TemporalTLS{
 			CertFile: str("TEMPORAL_TLS_CERT", ""), KeyFile: str("TEMPORAL_TLS_KEY", ""), CAFile: str("TEMPORAL_TLS_CA", ""),
@@ -685,8 +699,11 @@ func LoadFrom(getenv Getenv, need Need) (*Config, error) {
 		c.DNSNameServerAddrs = append(c.DNSNameServerAddrs, ip)
 	}
 
+	if !dialAddress(c.TemporalAddress) {
+		errs = append(errs, fmt.Errorf("TEMPORAL_ADDRESS: %q is not a host:port address", c.TemporalAddress))
+	}
 	if c.DNSResolver != "" {
-		if _, _, err := net.SplitHostPort(c.DNSResolver); err != nil {
+		if !dialAddress(c.DNSResolver) {
 			errs = append(errs, fmt.Errorf("MAILYARD_DNS_RESOLVER: %q is not a host:port address", c.DNSResolver))
 		}
 	}

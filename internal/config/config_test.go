@@ -383,3 +383,27 @@ func TestDatabaseURLMustParse(t *testing.T) {
 		t.Errorf("an encoded password: %v", err)
 	}
 }
+
+// Addresses with a port that is not one are refused at start, naming the
+// variable, instead of failing later (a bind error without the name, or
+// emails deferred for a relay that cannot be dialled). A listener may take
+// port 0 and leave the host out; an address to connect to needs both.
+func TestAddressesNeedPortNumbers(t *testing.T) {
+	for name, value := range map[string]string{
+		"TEMPORAL_ADDRESS":      "temporal:72333",
+		"MAILYARD_HTTP_ADDR":    ":99999",
+		"MAILYARD_DNS_RESOLVER": "8.8.8.8:abc",
+		"MAILYARD_SMTP_RELAY":   ":25",
+	} {
+		vars := map[string]string{name: value}
+		if name == "MAILYARD_SMTP_RELAY" {
+			vars["MAILYARD_SMTP_MODE"] = "relay"
+		}
+		if _, err := LoadFrom(env(vars), Need{}); err == nil || !strings.Contains(err.Error(), name+": ") {
+			t.Errorf("%s=%s: %v", name, value, err)
+		}
+	}
+	if _, err := LoadFrom(env(map[string]string{"MAILYARD_HTTP_ADDR": "127.0.0.1:0", "TEMPORAL_ADDRESS": "[::1]:7233"}), Need{}); err != nil {
+		t.Errorf("a listener on port 0 and an IPv6 Temporal address: %v", err)
+	}
+}
