@@ -403,9 +403,10 @@ const batchStarts = 16
 // those whose workflow did not start now are marked answered before it goes
 // out, so the sweep starts them. Until then they are as unanswered as a
 // single send's email: a process that dies before the answer leaves them to
-// the sweep to remove, and the client, which got no answer, sends the batch
-// again without any email going twice (with an Idempotency-Key the answer
-// commits with the emails, and a retry replays it).
+// the sweep to remove, and only those whose workflow had started go twice
+// when the client, which got no answer, sends the batch again (with an
+// Idempotency-Key the answer commits with the emails, and a retry replays
+// it: none goes twice).
 func (s *Server) sendEmailBatch(ctx context.Context, in *SendEmailBatchInput) (*Response[QueuedEmails], error) {
 	d, err := s.sendingDomain(ctx)
 	if err != nil {

@@ -275,12 +275,8 @@ func validURL(raw string) bool {
 	if err != nil {
 		return false
 	}
-	if port := u.Port(); port != "" {
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return false
-		}
-	}
-	return true
+	port := u.Port()
+	return port == "" || portNumber(port, 1)
 }
 
 // DefaultRateLimit is MAILYARD_RATE_LIMIT's default.
