@@ -268,13 +268,7 @@ func TestShutdownAnswersUnderTLS(t *testing.T) {
 	c.expect("220 ")
 	c.send("EHLO client.test\r\n")
 	c.expect("250 ")
-	c.send("STARTTLS\r\n")
-	c.expect("220 ")
-	tc := tls.Client(c.conn, ca.clientConfig())
-	if err := tc.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	c = &client{t: t, conn: tc, r: bufio.NewReader(tc)}
+	c = c.startTLS(ca)
 	c.send("EHLO client.test\r\n")
 	c.expect("250 ")
 	if err := s.Shutdown(context.Background()); err != nil {
@@ -300,15 +294,22 @@ func TestRefusalsOutliveSTARTTLS(t *testing.T) {
 	c.expect("250 ")
 	c.expect("550 5.1.1 refusal 1")
 	c.expect("250 ")
-	c.send("STARTTLS\r\n")
-	c.expect("220 ")
-	tc := tls.Client(c.conn, ca.clientConfig())
-	if err := tc.Handshake(); err != nil {
-		t.Fatal(err)
-	}
-	c = &client{t: t, conn: tc, r: bufio.NewReader(tc)}
+	c = c.startTLS(ca)
 	c.send("EHLO client.test\r\nMAIL FROM:<a@client.test>\r\nRCPT TO:<b@mx.mailyard.test>\r\n")
 	c.expect("250 ")
 	c.expect("250 ")
 	c.expect("550 5.1.1 refusal 2")
+}
+
+// startTLS sends STARTTLS, completes the handshake and returns the client
+// that speaks through TLS.
+func (c *client) startTLS(ca *testCA) *client {
+	c.t.Helper()
+	c.send("STARTTLS\r\n")
+	c.expect("220 ")
+	tc := tls.Client(c.conn, ca.clientConfig())
+	if err := tc.Handshake(); err != nil {
+		c.t.Fatal(err)
+	}
+	return &client{t: c.t, conn: tc, r: bufio.NewReader(tc)}
 }
