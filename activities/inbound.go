@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -227,10 +228,25 @@ func (a *Inbound) applyUnsubscribe(ctx context.Context, recipients []string) (in
 }
 
 // applyDSN applies each per-recipient block of a delivery status
-// notification.
+// notification. A report that names any of the email's recipients is read
+// for those alone: a block naming someone else (a forwarding target that
+// failed, the copy a relay kept) says nothing of the recipient whose return
+// path it came back to. Only a report that names none of them (providers
+// redact addresses) falls back to that recipient, through its most severe
+// block.
 func (a *Inbound) applyDSN(ctx context.Context, report *bouncereport.Report, email *reportedEmail) (int, error) {
+	blocks := report.Recipients
+	named := slices.ContainsFunc(blocks, func(b bouncereport.DSNRecipient) bool {
+		return findRecipient(email.recipients, b.FinalRecipient, b.OriginalRecipient) != nil
+	})
+	if !named && len(blocks) > 1 {
+		blocks = []bouncereport.DSNRecipient{slices.MaxFunc(blocks, func(x, y bouncereport.DSNRecipient) int { return severity(x) - severity(y) })}
+	}
 	changed := 0
-	for _, block := range report.Recipients {
+	for _, block := range blocks {
+		if named && findRecipient(email.recipients, block.FinalRecipient, block.OriginalRecipient) == nil {
+			continue
+		}
 		r := email.recipientFor(block.FinalRecipient, block.OriginalRecipient)
 		if r == nil {
 			continue
@@ -256,6 +272,20 @@ func (a *Inbound) applyDSN(ctx context.Context, report *bouncereport.Report, ema
 		}
 	}
 	return changed, nil
+}
+
+// severity orders a report's blocks: a permanent failure, a temporary one,
+// a delay, then anything else.
+func severity(b bouncereport.DSNRecipient) int {
+	switch {
+	case b.Action == "failed" && !temporaryFailure(b):
+		return 3
+	case b.Action == "failed":
+		return 2
+	case b.Action == "delayed":
+		return 1
+	}
+	return 0
 }
 
 // temporaryFailure reports whether a failed recipient's block says the

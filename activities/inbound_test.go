@@ -451,3 +451,45 @@ func TestHandleReportWithHostileDiagnostic(t *testing.T) {
 		t.Fatalf("a %d-byte response stored", n)
 	}
 }
+
+// dsnOf is a delivery status notification to returnPath with one
+// per-recipient block for each of blocks: "address action status".
+func dsnOf(returnPath string, blocks ...string) []byte {
+	var b strings.Builder
+	b.WriteString("From: MAILER-DAEMON@mx.example.net\r\nTo: " + returnPath + "\r\nSubject: Delivery Status Notification\r\n" +
+		"MIME-Version: 1.0\r\nContent-Type: multipart/report; report-type=delivery-status; boundary=\"b\"\r\n\r\n" +
+		"--b\r\nContent-Type: text/plain\r\n\r\nSee below.\r\n" +
+		"--b\r\nContent-Type: message/delivery-status\r\n\r\nReporting-MTA: dns; mx.example.net\r\n")
+	for _, block := range blocks {
+		f := strings.Fields(block)
+		b.WriteString("\r\nFinal-Recipient: rfc822; " + f[0] + "\r\nAction: " + f[1] + "\r\nStatus: " + f[2] + "\r\n")
+	}
+	b.WriteString("--b--\r\n")
+	return []byte(b.String())
+}
+
+// A report that names one of the email's recipients is read for those it
+// names: a failed block for someone else (an alias's dead forwarding
+// target, a relay's copy) no longer bounces and suppresses the recipient
+// whose return path it came back to. Only a report naming none of them
+// falls back to that recipient, through its most severe block.
+func TestHandleDSNBlocksOfOtherAddresses(t *testing.T) {
+	f := newInboundFixture(t, "ada@example.org", "bob@example.org", "cy@example.org")
+	adas, bobs, cys := f.recipientSender(t, 0), f.recipientSender(t, 1), f.recipientSender(t, 2)
+	step := func(what string, raw []byte, to string, effects int) {
+		t.Helper()
+		if res := f.handle(t, f.receiveAt(t, raw, to, true, "")); res.Effects != effects {
+			t.Fatalf("%s: %+v, want %d effects", what, res, effects)
+		}
+	}
+	step("ada@ expanded, her forward failed", dsnOf(adas, "ada@example.org expanded 2.0.0", "ada.old@forward.example failed 5.1.1"), adas, 0)
+	step("a relay's copy deferred, bob@ failed for good", dsnOf(bobs, "relay-copy@example.net failed 4.4.7", "bob@example.org failed 5.1.1"), bobs, 1)
+	step("redacted: one soft and one hard failure", dsnOf(cys, "xxx@example.org failed 4.4.7", "yyy@example.org failed 5.1.1"), cys, 1)
+	if r := f.recipient(t, "ada@example.org"); r.Status != store.RecipientDelivered {
+		t.Fatalf("ada@ is %s", r.Status)
+	}
+	want := map[string]string{"bob@example.org": "hard_bounce", "cy@example.org": "hard_bounce"}
+	if got := f.suppressed(t); !maps.Equal(got, want) {
+		t.Fatalf("suppressions %v, want %v", got, want)
+	}
+}
