@@ -180,6 +180,10 @@ var cases = []struct {
 	// Auto-replies come before legacy bounces even from the null sender.
 	{"precedence-auto-reply.eml", bounce, Report{Kind: KindAutoReply, MessageID: "autoreply-3@example.org"}},
 	{"human-reply.eml", Envelope{}, Report{Kind: KindUnrecognized, MessageID: "human-1@example.org"}},
+	// An out-of-office reply from the null sender whose text has a date
+	// like a 5.x.x code beside its author's address is not a bounce: it
+	// does not come from a mail system.
+	{"ooo-null-sender.eml", bounce, Report{Kind: KindUnrecognized, MessageID: "ooo-null-1@example.org"}},
 	{"human-reply.eml", Envelope{Unsubscribe: true}, Report{Kind: KindUnsubscribe, MessageID: "human-1@example.org"}},
 	// A DSN to the unsubscribe address is still a DSN.
 	{"postfix-hard.eml", Envelope{Unsubscribe: true}, Report{

@@ -145,7 +145,7 @@ func parse(raw []byte, env Envelope) *Report {
 		r.Kind = KindAutoReply
 		return r
 	}
-	if env.NullSender {
+	if env.NullSender && fromMailSystem(h) {
 		// The body may have been consumed by readReport; read it afresh.
 		if again, err := mail.ReadMessage(bytes.NewReader(raw)); err == nil {
 			r.Legacy = legacyFindings(bodyText(again.Header, again.Body))
@@ -164,6 +164,35 @@ func parse(raw []byte, env Envelope) *Report {
 // isAutoReply reports whether the header marks an automatic reply. An empty
 // Auto-Submitted counts: only "no" says a human wrote the message (RFC 3834
 // §5), and a broken header is more likely from software than from a person.
+// fromMailSystem reports whether a message without a report's structure
+// reads as a mail system's bounce: sent by MAILER-DAEMON or postmaster, or
+// under a subject that says delivery failed. Only then are the addresses
+// beside 5.x.x codes in its text taken for failed recipients: an
+// out-of-office reply from the null sender (as RFC 3834 asks) that says
+// "away until 5.1.25" beside its author's address is not a bounce.
+func fromMailSystem(h mail.Header) bool {
+	if from, err := mail.ParseAddress(h.Get("From")); err == nil {
+		local, _, _ := strings.Cut(strings.ToLower(from.Address), "@")
+		if local == "mailer-daemon" || local == "postmaster" || local == "mail-daemon" {
+			return true
+		}
+	}
+	subject := strings.ToLower(h.Get("Subject"))
+	for _, s := range bounceSubjects {
+		if strings.Contains(subject, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// bounceSubjects are words of the subjects mail systems give their bounces.
+var bounceSubjects = []string{
+	"undeliver", "non-deliver", "nondeliver", "delivery status notification",
+	"delivery failure", "delivery failed", "failure notice", "returned mail", "returned to sender",
+	"could not be delivered", "not delivered", "delivery has failed", "delivery problem",
+}
+
 func isAutoReply(h mail.Header) bool {
 	if v, ok := h["Auto-Submitted"]; ok && len(v) > 0 {
 		value, _, _ := strings.Cut(v[0], ";")
