@@ -44,7 +44,10 @@ func (d DSNRecipient) Matches(addr string) bool {
 }
 
 var (
-	enhancedCode = regexp.MustCompile(`^[245]\.[0-9]{1,3}\.[0-9]{1,3}$`)
+	// enhancedCode is a Status value's code, at its start: a trailing
+	// full stop or comma that some MTAs add ("4.4.7.") does not make a
+	// temporary failure unreadable, and so taken for a permanent one.
+	enhancedCode = regexp.MustCompile(`^[245]\.[0-9]{1,3}\.[0-9]{1,3}`)
 	replyCode    = regexp.MustCompile(`^[2-5][0-9][0-9]$`)
 	actions      = map[string]bool{"failed": true, "delayed": true, "delivered": true, "relayed": true, "expanded": true}
 )
@@ -66,9 +69,7 @@ func parseDeliveryStatus(b []byte) []DSNRecipient {
 		if action := strings.ToLower(firstWord(h.Get("Action"))); actions[action] {
 			d.Action = action
 		}
-		if status := firstWord(h.Get("Status")); enhancedCode.MatchString(status) {
-			d.Status = status
-		}
+		d.Status = statusCode(firstWord(h.Get("Status")))
 		if diag := clean(h.Get("Diagnostic-Code")); diag != "" {
 			d.DiagnosticCode = diag
 			kind, text := typedValue(diag)
@@ -168,4 +169,15 @@ func replyPrefix(w, code string) (rest string, ok bool) {
 		return after, true
 	}
 	return "", false
+}
+
+// statusCode is the enhanced status code a Status value starts with, "" if
+// none: "4.4.7." gives 4.4.7, "5.1.1234" nothing (a code is not followed by
+// a digit).
+func statusCode(value string) string {
+	code := enhancedCode.FindString(value)
+	if rest := value[len(code):]; rest != "" && '0' <= rest[0] && rest[0] <= '9' {
+		return ""
+	}
+	return code
 }

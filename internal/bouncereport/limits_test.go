@@ -263,3 +263,21 @@ func TestInvalidUTF8InFields(t *testing.T) {
 	require.Equal(t, 550, r.Recipients[0].SMTPCode)
 	require.Empty(t, unstorable(r))
 }
+
+// A Status with trailing punctuation still gives its code, so a temporary
+// failure written "4.4.7." is not read as one without a status (which is
+// taken for permanent); a code run on into more digits gives none.
+func TestStatusCodeWithPunctuation(t *testing.T) {
+	for value, want := range map[string]string{"4.4.7.": "4.4.7", "4.4.7,": "4.4.7", "5.1.1": "5.1.1", "5.1.1234": "", "x.1.1": "", "": ""} {
+		if got := statusCode(value); got != want {
+			t.Errorf("statusCode(%q) = %q, want %q", value, got, want)
+		}
+	}
+	raw := []byte("From: MAILER-DAEMON@mx.example.net\nContent-Type: multipart/report; report-type=delivery-status; boundary=b\n\n" +
+		"--b\nContent-Type: message/delivery-status\n\nReporting-MTA: dns; mx.example.net\n\n" +
+		"Final-Recipient: rfc822; a@example.org\nAction: failed\nStatus: 4.4.7.\nDiagnostic-Code: X-Postfix; connect to mx.example.org: Connection timed out\n\n--b--\n")
+	r := Parse(raw, Envelope{NullSender: true})
+	if len(r.Recipients) != 1 || r.Recipients[0].Status != "4.4.7" {
+		t.Fatalf("%+v", r.Recipients)
+	}
+}
