@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -279,5 +280,25 @@ func TestStatusCodeWithPunctuation(t *testing.T) {
 	r := Parse(raw, Envelope{NullSender: true})
 	if len(r.Recipients) != 1 || r.Recipients[0].Status != "4.4.7" {
 		t.Fatalf("%+v", r.Recipients)
+	}
+}
+
+// A message that is nothing but header (10 MiB of one-line fields) is not
+// read whole into net/mail's field map, which cost 30 times its size: past
+// maxHeaderBytes without the end of the header, it is unrecognized.
+func TestHugeHeaderIsNotRead(t *testing.T) {
+	raw := bytes.Repeat([]byte("A: b\r\n"), 10<<20/6)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	r := Parse(raw, Envelope{NullSender: true})
+	runtime.ReadMemStats(&after)
+	if r.Kind != KindUnrecognized {
+		t.Fatalf("kind %s", r.Kind)
+	}
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 8<<20 {
+		t.Fatalf("parsing allocated %d MiB", allocated>>20)
+	}
+	if r := Parse(raw, Envelope{Unsubscribe: true}); r.Kind != KindUnsubscribe {
+		t.Fatalf("to an unsubscribe address: %s", r.Kind)
 	}
 }
