@@ -9,6 +9,8 @@ import (
 
 	"github.com/uptrace/bun/driver/pgdriver"
 	"go.temporal.io/api/serviceerror"
+
+	"github.com/mailyard/mailyard/internal/store"
 )
 
 // isUnavailable recognises a database or Temporal that cannot be reached or is
@@ -20,7 +22,7 @@ func isUnavailable(err error) bool {
 	var deadline *serviceerror.DeadlineExceeded
 	switch {
 	case errors.Is(err, driver.ErrBadConn), errors.Is(err, syscall.ECONNREFUSED),
-		errors.As(err, &netErr), errors.As(err, &unavailable), errors.As(err, &deadline):
+		errors.As(err, &netErr), errors.As(err, &unavailable), errors.As(err, &deadline), store.IsBusy(err):
 		return true
 	case errors.As(err, &pgErr):
 		// Class 08 (connection exception), 57P0x (server shutting down or starting).

@@ -18,7 +18,8 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/dialect/sqlitedialect"
 	"github.com/uptrace/bun/driver/pgdriver"
-	_ "modernc.org/sqlite" // registers the pure-Go "sqlite" driver
+	"modernc.org/sqlite" // also registers the pure-Go "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/mailyard/mailyard/internal/apperr"
 )
@@ -125,6 +126,15 @@ func isUniqueViolation(err error) bool {
 		return pgErr.Field('C') == "23505"
 	}
 	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+// IsBusy reports whether err is SQLite's "database is locked": a write
+// that waited busy_timeout (10 s) for the one writer's lock, under more
+// concurrent writers than the file takes. The caller should try again
+// later, as after any database that cannot be reached.
+func IsBusy(err error) bool {
+	var sqliteErr *sqlite.Error
+	return errors.As(err, &sqliteErr) && sqliteErr.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // now is the single clock of the store: UTC, truncated to microseconds so a value

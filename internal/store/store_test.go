@@ -2,7 +2,9 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -115,5 +117,36 @@ func TestOpenRefusesAnUnreadableURLQuietly(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "ab/c") || strings.Contains(err.Error(), "secret") {
 			t.Errorf("%s: %v", bad, err)
 		}
+	}
+}
+
+// SQLite's "database is locked" (a writer that waited out busy_timeout for
+// the one write lock) is recognized, so the API answers it 503 and the
+// client sends again, instead of a 500.
+func TestIsBusy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "busy.db")
+	open := func() *sql.DB {
+		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(0)&_pragma=journal_mode(WAL)&_txlock=immediate")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	holder, other := open(), open()
+	if _, err := holder.Exec("CREATE TABLE t (x INTEGER)"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := holder.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	_, err = other.Begin()
+	if !store.IsBusy(err) {
+		t.Fatalf("a second writer: %v, not recognized as busy", err)
+	}
+	if store.IsBusy(errors.New("database is locked")) || store.IsBusy(nil) {
+		t.Fatal("IsBusy matched what is not SQLite's busy error")
 	}
 }
