@@ -121,8 +121,10 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 	}
 	// Mailyard's own outcome events have ids "mailyard:<email_id>:<n>": one
 	// taken by the pipeline first would leave the platform's own outcome
-	// of that recipient without its event, webhook and count.
-	if strings.HasPrefix(b.EventID, reservedEventIDPrefix) {
+	// of that recipient without its event, webhook and count. Any case of
+	// the prefix is refused: SQLite's LIKE, which finds an email's own
+	// events by it, ignores case.
+	if len(b.EventID) >= len(reservedEventIDPrefix) && strings.EqualFold(b.EventID[:len(reservedEventIDPrefix)], reservedEventIDPrefix) {
 		problems = append(problems, ErrorDetail{Location: "body.event_id", Message: "event ids starting with " + reservedEventIDPrefix + " are Mailyard's own"})
 	}
 	// The data of each event type is the catalogue's (docs/webhooks.md).

@@ -187,6 +187,7 @@ func TestIngestRefusals(t *testing.T) {
 		{"no event id", func() map[string]any { e := event("", "pending.example", "delivered"); return e }(), "body.event_id"},
 		// Mailyard's own outcome events have these ids.
 		{"Mailyard's own event id", event("mailyard:0192b7e4-0000-7000-8000-000000000001:0", "verified.example", "delivered"), "body.event_id"},
+		{"Mailyard's own event id in capitals", event("MAILYARD:0192b7e4-0000-7000-8000-000000000001:0", "verified.example", "delivered"), "body.event_id"},
 		// The store cannot take a NUL: each was a 500.
 		{"NUL in event id", event("x6\x00", "verified.example", "complained"), "body.event_id"},
 		{"NUL in event id, unknown domain", event("x7\x00", "nobody.example", "delivered"), "body.event_id"},
