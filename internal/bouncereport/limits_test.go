@@ -3,9 +3,9 @@ package bouncereport
 import (
 	"bytes"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
-	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
