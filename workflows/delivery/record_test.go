@@ -1,6 +1,7 @@
 package delivery_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -65,10 +66,15 @@ const recordedVersion = "v3"
 // activity, PostgreSQL and an HTTPS receiver, and writes its history into
 // testdata/ for the replay tests. It runs only when asked to
 // (MAILYARD_RECORD_HISTORIES=1), after a deliberate, versioned change.
+//
+// With MAILYARD_RECORD_RARE=before (on the code before a change that only
+// some runs meet) or =after (on the code with it), it records instead the
+// rare scenarios, as webhook-delivery-rare-<before|after>-*.json.
 func TestRecordHistories(t *testing.T) {
 	if os.Getenv("MAILYARD_RECORD_HISTORIES") != "1" {
 		t.Skip("set MAILYARD_RECORD_HISTORIES=1 to record replay histories")
 	}
+	rare := os.Getenv("MAILYARD_RECORD_RARE")
 	ctx := context.Background()
 	st := testenv.OpenStore(t, testenv.PostgresURL(t))
 	box, _ := secrets.New(make([]byte, 32))
@@ -110,14 +116,18 @@ func TestRecordHistories(t *testing.T) {
 		t.Fatal(err)
 	}
 	short := []time.Duration{0, time.Second, time.Second, time.Second}
-	scenarios := []struct {
+	type scenario struct {
 		name     string
 		script   []int
 		schedule []time.Duration
 		during   func(webhookID int64)
 		// failLocal fails the local tries of every attempt.
 		failLocal bool
-	}{
+		// sealedElsewhere seals the webhook's secret under another key,
+		// which the attempt cannot decrypt; the run may end with an error.
+		sealedElsewhere bool
+	}
+	scenarios := []scenario{
 		{name: "delivered", script: []int{204}},
 		{name: "retried-then-delivered", script: []int{500, 429, 302, 200}, schedule: short},
 		{name: "receiver-gone", script: []int{503, 410}, schedule: short},
@@ -133,12 +143,22 @@ func TestRecordHistories(t *testing.T) {
 				}
 			}},
 	}
+	if rare != "" {
+		// The webhook's signing secret cannot be decrypted: the local
+		// attempt's non-retryable error (non-retryable-ends-local-step).
+		scenarios = []scenario{{name: "secret-unreadable", script: []int{204}, sealedElsewhere: true}}
+	}
+	other, _ := secrets.New(bytes.Repeat([]byte{9}, 32))
 	for _, sc := range scenarios {
 		path := "/" + sc.name
 		rcv.script[path] = sc.script
 		wh := &store.Webhook{OrganizationID: org.ID, URL: rcv.URL + path, EventTypes: store.EventTypes{"delivered"}}
 		sig, _ := webhook.NewSecret()
-		if err := st.CreateWebhook(ctx, wh, 20, func(id int64) ([]byte, error) { return box.Seal([]byte(sig), store.WebhookSecretBinding(id)) }); err != nil {
+		sealer := box
+		if sc.sealedElsewhere {
+			sealer = other
+		}
+		if err := st.CreateWebhook(ctx, wh, 20, func(id int64) ([]byte, error) { return sealer.Seal([]byte(sig), store.WebhookSecretBinding(id)) }); err != nil {
 			t.Fatal(err)
 		}
 		id, _ := uuid.NewV7()
@@ -158,10 +178,14 @@ func TestRecordHistories(t *testing.T) {
 			sc.during(wh.ID)
 		}
 		var res delivery.Result
-		if err := run.Get(ctx, &res); err != nil {
+		if err := run.Get(ctx, &res); err != nil && !sc.sealedElsewhere {
 			t.Fatalf("%s: %v", sc.name, err)
 		}
 		t.Logf("%s: %+v", sc.name, res)
-		testenv.WriteHistory(t, tc, run, filepath.Join("testdata", fmt.Sprintf("webhook-delivery-%s-%s.json", recordedVersion, sc.name)))
+		file := fmt.Sprintf("webhook-delivery-%s-%s.json", recordedVersion, sc.name)
+		if rare != "" {
+			file = fmt.Sprintf("webhook-delivery-rare-%s-%s.json", rare, sc.name)
+		}
+		testenv.WriteHistory(t, tc, run, filepath.Join("testdata", file))
 	}
 }

@@ -21,6 +21,22 @@ import (
 // workflow.GetVersion.
 func TestReplayRecordedHistories(t *testing.T) {
 	testenv.ReplayHistories(t, "testdata/webhook-delivery-v*-*.json", 10, delivery.Workflow, delivery.WorkflowName)
+	// A change only some runs meet, recorded on the code before and after
+	// it (TestRecordHistories with MAILYARD_RECORD_RARE): a signing secret
+	// that cannot be decrypted. Before, the local attempt's non-retryable
+	// error went on to the regular activity (its local-step-fallback
+	// marker), which found the delivery failed and the run completed; after,
+	// the run fails at once (its non-retryable-ends-local-step marker).
+	testenv.ReplayHistories(t, "testdata/webhook-delivery-rare-*.json", 2, delivery.Workflow, delivery.WorkflowName)
+	for file, ending := range map[string]string{"before": "COMPLETED", "after": "FAILED"} {
+		raw, err := os.ReadFile("testdata/webhook-delivery-rare-" + file + "-secret-unreadable.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !regexp.MustCompile(`"EVENT_TYPE_WORKFLOW_EXECUTION_` + ending + `"`).Match(raw) {
+			t.Errorf("the run %s the change did not end %s", file, ending)
+		}
+	}
 }
 
 // versionMarker finds a version marker in a history (protojson varies the

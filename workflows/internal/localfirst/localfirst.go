@@ -14,11 +14,17 @@
 package localfirst
 
 import (
+	"errors"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
+
+// NonRetryableChange is the workflow.GetVersion change id of runs whose
+// local step ends at a non-retryable error instead of going on as a
+// regular activity.
+const NonRetryableChange = "non-retryable-ends-local-step"
 
 // Tries is how often the local activity is tried: 1 s and 2 s apart, both
 // waits shorter than the workflow task timeout (10 s), so they wait in the
@@ -48,9 +54,22 @@ func Options(startToClose time.Duration) workflow.LocalActivityOptions {
 // retries should have no end: a run records version 1 of changeID the first
 // time that happens. Runs from before the change fail there, as they did
 // (their histories replay).
+//
+// A non-retryable error (the step's own verdict, such as a webhook's signing
+// secret that cannot be decrypted) ends the step at once: a regular
+// activity would only meet the same verdict, or, finding the step's effect
+// already recorded, return nothing and hide it, so that the run completed
+// where it should fail for an operator to see. Runs record version 1 of
+// NonRetryableChange when that happens; runs from before went on to the
+// regular activity, and replay that way.
 func Execute(ctx workflow.Context, local workflow.LocalActivityOptions, changeID, activity string, input, result any) error {
 	err := workflow.ExecuteLocalActivity(workflow.WithLocalActivityOptions(ctx, local), activity, input).Get(ctx, result)
 	if err == nil || temporal.IsCanceledError(err) {
+		return err
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.NonRetryable() &&
+		workflow.GetVersion(ctx, NonRetryableChange, workflow.DefaultVersion, 1) == 1 {
 		return err
 	}
 	if workflow.GetVersion(ctx, changeID, workflow.DefaultVersion, 1) == workflow.DefaultVersion {

@@ -18,12 +18,18 @@ const (
 )
 
 // step fails every local try and succeeds as a regular activity, counting
-// both.
-type step struct{ local, regular int }
+// both; with verdict, its local tries fail with a non-retryable error.
+type step struct {
+	local, regular int
+	verdict        bool
+}
 
 func (s *step) run(ctx context.Context, in string) (string, error) {
 	if activity.GetInfo(ctx).IsLocalActivity {
 		s.local++
+		if s.verdict {
+			return "", temporal.NewNonRetryableApplicationError("the secret cannot be read", "SecretUnreadable", nil)
+		}
 		return "", errors.New("the database is down")
 	}
 	s.regular++
@@ -90,5 +96,27 @@ func TestLocalWaitsStayWithinTheWorkflowTaskTimeout(t *testing.T) {
 	}
 	if o := Options(time.Minute); o.ScheduleToCloseTimeout < Tries*o.StartToCloseTimeout+total {
 		t.Fatalf("ScheduleToClose %s leaves no room for %d tries of %s", o.ScheduleToCloseTimeout, Tries, o.StartToCloseTimeout)
+	}
+}
+
+// A non-retryable error ends the step at its first try: the run fails with
+// it, and no regular activity runs (which, finding the step's effect
+// recorded, used to return nothing, and the run completed). A run from
+// before the change goes on to the regular activity, as it did.
+func TestNonRetryableErrorEndsTheStep(t *testing.T) {
+	s := &step{verdict: true}
+	env := newEnv(s)
+	env.ExecuteWorkflow(stepWorkflow, "x")
+	var appErr *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &appErr) || appErr.Type() != "SecretUnreadable" || s.local != 1 || s.regular != 0 {
+		t.Fatalf("error %v after %d local and %d regular tries, want SecretUnreadable after 1 and 0", err, s.local, s.regular)
+	}
+
+	s = &step{verdict: true}
+	env = newEnv(s)
+	env.OnGetVersion(NonRetryableChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	env.ExecuteWorkflow(stepWorkflow, "x")
+	if err := env.GetWorkflowError(); err != nil || s.regular != 1 {
+		t.Fatalf("a run from before: error %v after %d regular tries, want the regular activity's result", err, s.regular)
 	}
 }
