@@ -36,6 +36,9 @@ const (
 	// run each minute. A domain older than that without a run is still
 	// onboarded again by Verify domain (onboardingRuns.Verify).
 	unstartedDomainHorizon = time.Hour
+	// unstartedDomainPages bounds the batches of domains one pass of the
+	// onboarding sweep walks: 1,000 domains created within the horizon.
+	unstartedDomainPages = 10
 )
 
 // SweepUnstartedEmails finishes what an API process left undone when it died
@@ -111,27 +114,40 @@ func (s *Server) SweepUnstartedEmails(ctx context.Context) (started, removed int
 // email, such a domain is never removed: the client's retry finds it (its
 // answer committed with it, or 409 domain_exists), and onboarding it is all
 // that was left to do. It returns how many it started.
+//
+// It walks every such domain, a batch at a time, up to
+// unstartedDomainPages batches a pass: most have their run open (a domain
+// is pending for up to its window), and with only one batch a pass, more
+// than a batch of them kept the sweep from ever reaching a later domain
+// whose run never started.
 func (s *Server) SweepUnstartedOnboarding(ctx context.Context) (int, error) {
 	now := time.Now()
-	domains, err := s.store.PendingDomainsWindowBetween(ctx, now.Add(-unstartedDomainHorizon), now.Add(-unstartedAge), unstartedBatch)
-	if err != nil {
-		return 0, err
-	}
 	started := 0
-	for i := range domains {
-		d := &domains[i]
-		_, open, err := s.runOf(ctx, onboarding.WorkflowID(d.ID))
+	var after int64
+	for range unstartedDomainPages {
+		domains, err := s.store.PendingDomainsWindowBetween(ctx, now.Add(-unstartedDomainHorizon), now.Add(-unstartedAge), after, unstartedBatch)
 		if err != nil {
 			return started, err
 		}
-		if open {
-			continue
+		for i := range domains {
+			d := &domains[i]
+			after = d.ID
+			_, open, err := s.runOf(ctx, onboarding.WorkflowID(d.ID))
+			if err != nil {
+				return started, err
+			}
+			if open {
+				continue
+			}
+			if err := s.onboarding.Start(ctx, d); err != nil {
+				return started, err
+			}
+			s.logger.InfoContext(ctx, "started the onboarding of a domain whose API process died first", "domain_id", d.ID)
+			started++
 		}
-		if err := s.onboarding.Start(ctx, d); err != nil {
-			return started, err
+		if len(domains) < unstartedBatch {
+			break
 		}
-		s.logger.InfoContext(ctx, "started the onboarding of a domain whose API process died first", "domain_id", d.ID)
-		started++
 	}
 	return started, nil
 }

@@ -303,6 +303,36 @@ func TestSweepStartsOnboardingThatNeverStarted(t *testing.T) {
 	}
 }
 
+// A domain whose run never started is reached behind more than a batch of
+// pending domains whose runs are open: the sweep walks them all, where it
+// looked at the oldest batch only and never got past it.
+func TestOnboardingSweepWalksPastOpenRuns(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	base := time.Now().UnixNano()%1_000_000_000*10 + 5_000_000_000
+	window := time.Now().Add(-3 * time.Minute)
+	pending := func(id int64) {
+		h.pendingDomainWithID(id, fmt.Sprintf("d%d.example", id))
+		if _, err := h.store.DB.NewUpdate().Model((*store.Domain)(nil)).Set("window_started_at = ?", window).Where("id = ?", id).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range int64(110) {
+		pending(base + i)
+		if err := onboarding.Start(ctx, h.temporal, h.orgID, onboarding.Input{DomainID: base + i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	orphan := base + 200
+	pending(orphan)
+	if started, err := h.api.SweepUnstartedOnboarding(ctx); err != nil || started != 1 {
+		t.Fatalf("sweep started %d (%v), want the one domain without a run", started, err)
+	}
+	if _, err := h.temporal.DescribeWorkflowExecution(ctx, onboarding.WorkflowID(orphan), ""); err != nil {
+		t.Fatalf("the orphan's onboarding: %v", err)
+	}
+}
+
 // pendingDomainWithID stores a pending domain with the given id, as an API
 // process does before it starts onboarding.
 func (h *harness) pendingDomainWithID(id int64, name string) int64 {

@@ -298,15 +298,16 @@ func (s *Store) ReopenDomain(ctx context.Context, domainID int64, at time.Time) 
 }
 
 // PendingDomainsWindowBetween returns up to limit pending, not deleted
-// domains whose verification window opened in [from, to), oldest first: a
-// new domain's opens when it is created, a failed domain's again when Verify
-// domain reopens it.
-func (s *Store) PendingDomainsWindowBetween(ctx context.Context, from, to time.Time, limit int) ([]Domain, error) {
+// domains whose verification window opened in [from, to) (a new domain's
+// opens when it is created, a failed domain's again when Verify domain
+// reopens it), by id after afterID, so that a caller can walk them all.
+func (s *Store) PendingDomainsWindowBetween(ctx context.Context, from, to time.Time, afterID int64, limit int) ([]Domain, error) {
 	domains := []Domain{}
 	err := s.DB.NewSelect().Model(&domains).
 		Where("status = ?", DomainPending).Where("deleted_at IS NULL").
 		Where("window_started_at >= ?", from).Where("window_started_at < ?", to).
-		OrderExpr("window_started_at").Limit(int64(limit)).Scan(ctx)
+		Where("id > ?", afterID).
+		OrderExpr("id").Limit(int64(limit)).Scan(ctx)
 	return domains, err
 }
 
