@@ -16,17 +16,25 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
+// dialTemporal is a client of the tests' Temporal dev server, closed at the
+// end of the test.
+func dialTemporal(t *testing.T) client.Client {
+	t.Helper()
+	tc, err := client.Dial(client.Options{HostPort: testenv.Temporal(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.Close)
+	return tc
+}
+
 // A delivery stopped (its webhook disabled) has its open run canceled; a
 // run started after the stop, a new series of the same delivery, is left
 // alone: before, the cancel by workflow id alone ended whichever run was
 // current, and a delivery retried meanwhile stayed pending with nothing to
 // send it.
 func TestCancelSparesASeriesStartedAfterTheStop(t *testing.T) {
-	tc, err := client.Dial(client.Options{HostPort: testenv.Temporal(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
+	tc := dialTemporal(t)
 	ctx := context.Background()
 	r := &Runs{Temporal: tc}
 	id, _ := NewDeliveryID()
@@ -51,11 +59,7 @@ func TestCancelSparesASeriesStartedAfterTheStop(t *testing.T) {
 // started before the stop (this process's clock ahead of the Temporal
 // server's), and one still failed has its run canceled.
 func TestCancelSparesADeliveryNoLongerFailed(t *testing.T) {
-	tc, err := client.Dial(client.Options{HostPort: testenv.Temporal(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
+	tc := dialTemporal(t)
 	ctx := context.Background()
 	st := testenv.OpenStore(t, testenv.PostgresURL(t))
 	_, row, err := keyauth.New("boot", "boot", store.Permissions{"admin"})

@@ -5,9 +5,7 @@ import (
 	"testing"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
 
-	"github.com/mailyard/mailyard/internal/testenv"
 	"github.com/mailyard/mailyard/workflows/delivery"
 )
 
@@ -17,11 +15,7 @@ import (
 // it may have sent. A run of an older series, or of before series were
 // numbered, is only finishing, and is replaced.
 func TestStartAgainJoinsItsOwnSeries(t *testing.T) {
-	tc, err := client.Dial(client.Options{HostPort: testenv.Temporal(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tc.Close()
+	tc := dialTemporal(t)
 	ctx := context.Background()
 	r := &Runs{Temporal: tc}
 	id, _ := NewDeliveryID()
