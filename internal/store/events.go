@@ -82,16 +82,16 @@ func (s *Store) IngestEvent(ctx context.Context, ev *Event, owners []DomainOwner
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			first := new(Event)
-			if err := tx.NewSelect().Model(first).Where("event_id = ?", ev.EventID).Scan(ctx); err != nil {
+			var first *Event
+			first, deliveries, err = firstIngested(ctx, tx, ev)
+			if err != nil {
 				return err
 			}
-			if !sameEvent(first, ev) {
-				return ErrEventIDReused
+			if first == nil {
+				return sql.ErrNoRows // events are never deleted: not reached
 			}
 			*ev = *first
-			deliveries, err = eventDeliveries(ctx, tx, ev.ID)
-			return err
+			return nil
 		}
 		created = true
 		if len(owners) == 0 {
@@ -117,20 +117,27 @@ func (s *Store) IngestEvent(ctx context.Context, ev *Event, owners []DomainOwner
 // stored under the same EventID (event ids are unique across domains) is
 // ErrEventIDReused, as IngestEvent says of it.
 func (s *Store) IngestedEventDeliveries(ctx context.Context, ev *Event) (deliveries []Delivery, found bool, err error) {
-	var stored Event
-	err = s.DB.NewSelect().Model(&stored).Column("id", "domain", "event_type", "message_id", "to_email").
-		Where("event_id = ?", ev.EventID).Scan(ctx)
+	first, deliveries, err := firstIngested(ctx, s.DB, ev)
+	return deliveries, first != nil && err == nil, err
+}
+
+// firstIngested reads the event stored under ev's EventID and its
+// deliveries: nil when there is none, ErrEventIDReused when it is another
+// event than ev.
+func firstIngested(ctx context.Context, db bun.IDB, ev *Event) (*Event, []Delivery, error) {
+	first := new(Event)
+	err := db.NewSelect().Model(first).Where("event_id = ?", ev.EventID).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, false, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, false, err
+		return nil, nil, err
 	}
-	if !sameEvent(&stored, ev) {
-		return nil, false, ErrEventIDReused
+	if !sameEvent(first, ev) {
+		return nil, nil, ErrEventIDReused
 	}
-	deliveries, err = eventDeliveries(ctx, s.DB, stored.ID)
-	return deliveries, err == nil, err
+	deliveries, err := eventDeliveries(ctx, db, first.ID)
+	return first, deliveries, err
 }
 
 // eventDeliveries lists an event's deliveries, without their bodies.
