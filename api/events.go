@@ -5,7 +5,6 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -101,10 +100,6 @@ func errEventIDReused(eventID string) error {
 	return fieldError("body.event_id", "event_id "+eventID+" was already used for another event (another domain, type, message_id or to_email); a repeat must be the same event")
 }
 
-// reservedEventIDPrefix begins the ids of the events Mailyard records itself
-// (store.EmailEventIDPrefix).
-const reservedEventIDPrefix = "mailyard:"
-
 func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*IngestEventResponse, error) {
 	b := in.Body
 	// First, since even the look-up of an event sent again reads event_id:
@@ -121,11 +116,9 @@ func (s *Server) ingestEvent(ctx context.Context, in *IngestEventInput) (*Ingest
 	}
 	// Mailyard's own outcome events have ids "mailyard:<email_id>:<n>": one
 	// taken by the pipeline first would leave the platform's own outcome
-	// of that recipient without its event, webhook and count. Any case of
-	// the prefix is refused: SQLite's LIKE, which finds an email's own
-	// events by it, ignores case.
-	if len(b.EventID) >= len(reservedEventIDPrefix) && strings.EqualFold(b.EventID[:len(reservedEventIDPrefix)], reservedEventIDPrefix) {
-		problems = append(problems, ErrorDetail{Location: "body.event_id", Message: "event ids starting with " + reservedEventIDPrefix + " are Mailyard's own"})
+	// of that recipient without its event, webhook and count.
+	if store.IsOwnEventID(b.EventID) {
+		problems = append(problems, ErrorDetail{Location: "body.event_id", Message: "event ids starting with mailyard: are Mailyard's own"})
 	}
 	// The data of each event type is the catalogue's (docs/webhooks.md).
 	eventType := eventtype.Type(b.EventType)

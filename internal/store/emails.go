@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -712,11 +713,23 @@ func (s *Store) pendingEmailDeliveries(emailID string) *bun.SelectQuery {
 	return s.DB.NewSelect().TableExpr("deliveries AS d").Column("d.id").
 		Join("JOIN events AS ev ON ev.id = d.event_id").
 		Where("ev.message_id = ?", emailID).
-		Where("ev.event_id LIKE ?", EmailEventIDPrefix(emailID)+"%").
+		Where("substr(ev.event_id, 1, ?) = ?", len(EmailEventIDPrefix(emailID)), EmailEventIDPrefix(emailID)).
 		Where("d.status = ?", DeliveryPending).OrderExpr("d.id")
 }
 
+// ownEventIDPrefix begins the event_id of every event Mailyard records
+// itself.
+const ownEventIDPrefix = "mailyard:"
+
 // EmailEventIDPrefix starts the event_id of every outcome event of an email:
 // "mailyard:<email_id>:<position>" is unique per recipient, which makes the
-// outcome's event idempotent like any ingested event.
-func EmailEventIDPrefix(emailID string) string { return "mailyard:" + emailID + ":" }
+// outcome's event idempotent like any ingested event. An email's events are
+// found by it exactly (not with LIKE, which ignores case on SQLite).
+func EmailEventIDPrefix(emailID string) string { return ownEventIDPrefix + emailID + ":" }
+
+// IsOwnEventID reports whether an event id is of the kind Mailyard gives
+// the events it records itself, in any case: an ingested event may not
+// take one.
+func IsOwnEventID(id string) bool {
+	return len(id) >= len(ownEventIDPrefix) && strings.EqualFold(id[:len(ownEventIDPrefix)], ownEventIDPrefix)
+}
