@@ -132,14 +132,9 @@ func (r *Runs) StartForRecovery(ctx context.Context, id string, series int64, re
 const maxReplaces = 2
 
 func (r *Runs) startSeries(ctx context.Context, id string, series int64, recoveryID string) error {
-	owners, err := r.owners(ctx, []string{id})
+	s, err := r.seriesStarting(ctx, id, series, recoveryID)
 	if err != nil {
 		return err
-	}
-	s := r.starting(id, owners[id], delivery.OnlyIfIdle)
-	s.Memo = map[string]any{seriesMemo: series}
-	if recoveryID != "" {
-		s.Memo[recoveryMemo] = recoveryID
 	}
 	for range maxReplaces + 1 {
 		err := delivery.Start(ctx, r.Temporal, s, r.input(id))
@@ -163,6 +158,22 @@ func (r *Runs) startSeries(ctx context.Context, id string, series int64, recover
 	return ErrSeriesRunning
 }
 
+// seriesStarting is the start of series number series of a delivery, only
+// if no run is open, with the series (and the recovery that starts it, if
+// any) in the run's memo.
+func (r *Runs) seriesStarting(ctx context.Context, id string, series int64, recoveryID string) (delivery.Starting, error) {
+	owners, err := r.owners(ctx, []string{id})
+	if err != nil {
+		return delivery.Starting{}, err
+	}
+	s := r.starting(id, owners[id], delivery.OnlyIfIdle)
+	s.Memo = map[string]any{seriesMemo: series}
+	if recoveryID != "" {
+		s.Memo[recoveryMemo] = recoveryID
+	}
+	return s, nil
+}
+
 // seriesOf returns the series number in the memo of one run of the
 // delivery, -1 for a run started before series were numbered.
 func (r *Runs) seriesOf(ctx context.Context, id, runID string) (int64, error) {
@@ -183,12 +194,10 @@ func (r *Runs) seriesOf(ctx context.Context, id, runID string) (int64, error) {
 // series to a delivery whose start failed, and never a second one to a
 // delivery whose series runs.
 func (r *Runs) StartIfIdle(ctx context.Context, id string, series int64) error {
-	owners, err := r.owners(ctx, []string{id})
+	s, err := r.seriesStarting(ctx, id, series, "")
 	if err != nil {
 		return err
 	}
-	s := r.starting(id, owners[id], delivery.OnlyIfIdle)
-	s.Memo = map[string]any{seriesMemo: series}
 	err = delivery.Start(ctx, r.Temporal, s, r.input(id))
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
