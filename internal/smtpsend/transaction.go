@@ -3,7 +3,9 @@ package smtpsend
 import (
 	"bytes"
 	"context"
+	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/emersion/go-smtp"
 )
@@ -153,13 +155,14 @@ func isASCII(s string) bool {
 }
 
 // headerIsASCII reports whether msg's header section (up to the first
-// empty line) is ASCII.
+// empty line) is ASCII. It reads the bytes in place: a message is up to
+// 10 MiB, and every transaction asks.
 func headerIsASCII(msg []byte) bool {
 	header := msg
 	if end := bytes.Index(msg, []byte("\r\n\r\n")); end >= 0 {
 		header = msg[:end]
 	}
-	return isASCII(string(header))
+	return !slices.ContainsFunc(header, func(c byte) bool { return c >= utf8.RuneSelf })
 }
 
 func allASCII(ss []string) bool {

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 
@@ -93,7 +94,7 @@ func checkHost(host string, p Policy) error {
 	// a non-ASCII host to ASCII (IDNA's lookup mapping) first, which makes
 	// full-width digits and letters into ASCII ones, so "１２７.０.０.１"
 	// and "ｌｏｃａｌｈｏｓｔ" would otherwise pass here as names.
-	if !isASCII(host) {
+	if strings.ContainsFunc(host, func(r rune) bool { return r >= utf8.RuneSelf }) {
 		ascii, err := idna.Lookup.ToASCII(host)
 		if err != nil {
 			return fmt.Errorf("url host %s is not a valid internationalized domain name", host)
@@ -124,15 +125,6 @@ func checkHost(host string, p Policy) error {
 		return errors.New("url host must not be localhost")
 	}
 	return nil
-}
-
-func isASCII(s string) bool {
-	for i := range len(s) {
-		if s[i] > 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // looksNumeric applies the WHATWG URL rule: a host whose last label is a
