@@ -159,7 +159,7 @@ func splitList(s string) []string {
 // FuzzPrepareSubmitted checks that a submitted message is refused or
 // gives a From at the domain and a Subject and display name without a
 // control character a header cannot carry (NUL above all, which PostgreSQL
-// cannot store).
+// cannot store), and no line longer than RFC 5322 allows.
 func FuzzPrepareSubmitted(f *testing.F) {
 	for _, s := range []string{
 		"From: a@example.com\r\nSubject: Hi\r\n\r\nbody\r\n",
@@ -171,9 +171,12 @@ func FuzzPrepareSubmitted(f *testing.F) {
 		f.Add([]byte(s), false)
 	}
 	f.Fuzz(func(t *testing.T, raw []byte, utf8 bool) {
-		_, info, err := PrepareSubmitted(raw, "em_fuzz", testDomain, testDate, utf8)
+		prepared, info, err := PrepareSubmitted(raw, "em_fuzz", testDomain, testDate, utf8)
 		if err != nil {
 			return
+		}
+		if hasLongLine(prepared) {
+			t.Fatal("the prepared message has a line longer than 998 characters")
 		}
 		if !underDomain(strings.ToLower(domainOf(info.From.Address)), testDomain) {
 			t.Fatalf("From %q is not at %s", info.From.Address, testDomain)

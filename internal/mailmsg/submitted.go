@@ -40,7 +40,15 @@ var (
 	// ErrControl is a Subject or From display name that decodes (RFC 2047)
 	// to a control character: see hasHeaderControl.
 	ErrControl = errors.New("the Subject or the From display name has a control character")
+	// ErrLongLine is a line of more than MaxLineOctets octets. RFC 5322
+	// §2.1.1 forbids it; relays on the way wrap or refuse such lines, and a
+	// wrapped line breaks the DKIM signature Mailyard adds.
+	ErrLongLine = errors.New("a line of the message is longer than 998 characters")
 )
+
+// MaxLineOctets is the longest line RFC 5322 §2.1.1 allows, without its
+// CRLF.
+const MaxLineOctets = 998
 
 // RepeatedFieldError is a header field that may appear once (RFC 5322
 // §3.6), given twice.
@@ -64,9 +72,13 @@ var onceFields = []string{"From", "Sender", "Reply-To", "To", "Cc", "Subject", "
 // most once (a RepeatedFieldError). The From address must be at domain or a
 // subdomain of it, and its display name and the Subject must not decode to
 // a control character (ErrControl). utf8 says whether the client declared
-// SMTPUTF8; without it, header fields must be ASCII.
+// SMTPUTF8; without it, header fields must be ASCII. No line may be longer
+// than MaxLineOctets (ErrLongLine).
 func PrepareSubmitted(raw []byte, emailID, domain string, now time.Time, utf8 bool) ([]byte, Submitted, error) {
 	var info Submitted
+	if hasLongLine(raw) {
+		return nil, info, ErrLongLine
+	}
 	end := bytes.Index(raw, []byte("\r\n\r\n"))
 	if end < 0 {
 		if !bytes.HasSuffix(raw, []byte("\r\n")) {
@@ -206,4 +218,24 @@ func displayAddress(a mail.Address) string {
 		return a.Address
 	}
 	return a.Name + " <" + a.Address + ">"
+}
+
+// hasLongLine says whether raw (CRLF lines, as an SMTP server hands it
+// over) has a line longer than MaxLineOctets, its CRLF not counted.
+func hasLongLine(raw []byte) bool {
+	for len(raw) > 0 {
+		i := bytes.IndexByte(raw, '\n')
+		if i < 0 {
+			return len(raw) > MaxLineOctets
+		}
+		line := raw[:i]
+		if len(line) > 0 && line[len(line)-1] == '\r' {
+			line = line[:len(line)-1]
+		}
+		if len(line) > MaxLineOctets {
+			return true
+		}
+		raw = raw[i+1:]
+	}
+	return false
 }

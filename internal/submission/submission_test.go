@@ -215,6 +215,31 @@ func TestRepeatedHeaderFieldsRefused(t *testing.T) {
 	}
 }
 
+// A line longer than RFC 5322's 998 characters is refused for good: a relay
+// on the way would wrap it, breaking the DKIM signature, or refuse it.
+// go-smtp's own limit lets lines of up to 1,998 through, and none in BDAT.
+func TestLongLineRefused(t *testing.T) {
+	f := newFixture(t, config.RateLimit{})
+	c := f.login(t, sasl.NewPlainClient("", f.user, f.secret))
+	for _, header := range []string{
+		"From: billing@shop.example\r\nTo: ada@rcpt.example\r\n\r\n" + strings.Repeat("b", 999) + "\r\n",
+		"From: billing@shop.example\r\nTo: ada@rcpt.example\r\nX-Long: " + strings.Repeat("h", 991) + "\r\n",
+	} {
+		_, err := sendWithHeader(c, header)
+		var reply *gosmtp.SMTPError
+		if !errors.As(err, &reply) || reply.Code != 550 || reply.EnhancedCode != (gosmtp.EnhancedCode{5, 6, 0}) ||
+			!strings.Contains(reply.Message, "longer than 998") {
+			t.Errorf("a line of 999 characters: %v, want 550 5.6.0 saying the line is too long", err)
+		}
+	}
+	if n, err := f.st.DB.NewSelect().Model((*store.Email)(nil)).Count(context.Background()); err != nil || n != 0 {
+		t.Fatalf("%d emails stored (%v), want none", n, err)
+	}
+	if _, err := sendWithHeader(c, "From: billing@shop.example\r\nTo: ada@rcpt.example\r\n\r\n"+strings.Repeat("b", 998)+"\r\n"); err != nil {
+		t.Fatalf("a line of 998 characters: %v", err)
+	}
+}
+
 // A Subject or From display name that decodes (RFC 2047) to a control
 // character is refused for good with 550 5.6.0, as the API refuses it with a
 // 422: a NUL could never be stored, and the 451 it got before was retried
