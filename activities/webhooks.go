@@ -32,6 +32,10 @@ type Webhooks struct {
 	DisableAfter time.Duration
 }
 
+// secretUnreadable is the delivery log's error for an attempt that sent
+// nothing because the webhook's signing secret could not be decrypted.
+var secretUnreadable = "not sent: the webhook's signing secret cannot be decrypted (MAILYARD_ENCRYPTION_KEY is not the key it was created with)"
+
 // Attempt makes one delivery attempt: it loads the webhook, its secret and
 // the stored body, signs and POSTs them, and records the attempt. Receiver
 // failures are results, not errors; an error means the attempt could not be
@@ -58,9 +62,11 @@ func (a *Webhooks) Attempt(ctx context.Context, in delivery.AttemptInput) (deliv
 	secret, err := a.Box.Open(w.SecretEnc, store.WebhookSecretBinding(w.ID))
 	if err != nil {
 		// No retry can fix a secret sealed under another key; the operator
-		// must. The message names ids only.
-		if ferr := a.Store.FinishDelivery(ctx, d.ID, store.DeliveryFailed); ferr != nil {
-			return delivery.AttemptResult{}, ferr
+		// must. The delivery log says why nothing was sent, and the run
+		// fails for the Temporal UI. The messages name ids only.
+		row := &store.DeliveryAttempt{DeliveryID: d.ID, AttemptedAt: time.Now().UTC().Truncate(time.Microsecond), Error: &secretUnreadable}
+		if _, rerr := a.Store.RecordAttempt(ctx, row, w.ID, store.AttemptEffect{Status: store.DeliveryFailed}, nil); rerr != nil {
+			return delivery.AttemptResult{}, rerr
 		}
 		return delivery.AttemptResult{}, temporal.NewNonRetryableApplicationError(
 			fmt.Sprintf("signing secret of webhook %d cannot be decrypted (is MAILYARD_ENCRYPTION_KEY the one it was created with?)", w.ID),

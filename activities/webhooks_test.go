@@ -159,6 +159,14 @@ func TestAttemptWithUnreadableSecretIsNonRetryable(t *testing.T) {
 	if bytes.Contains([]byte(err.Error()), []byte("whsec_")) || f.received.Load() != 0 || f.deliveryStatus(t, id) != store.DeliveryFailed {
 		t.Fatalf("error %q, %d requests, status %s", err, f.received.Load(), f.deliveryStatus(t, id))
 	}
+	// The delivery log says why nothing was sent.
+	var attempts []store.DeliveryAttempt
+	if err := f.a.Store.DB.NewSelect().Model(&attempts).Where("delivery_id = ?", id).Scan(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(attempts) != 1 || attempts[0].StatusCode != nil || attempts[0].Error == nil || !strings.Contains(*attempts[0].Error, "signing secret cannot be decrypted") {
+		t.Fatalf("attempts %+v, want one without a status saying the secret cannot be decrypted", attempts)
+	}
 }
 
 // Each POST is counted by the verdict of its answer, with its duration;
