@@ -34,7 +34,7 @@ type Webhooks struct {
 
 // secretUnreadable is the delivery log's error for an attempt that sent
 // nothing because the webhook's signing secret could not be decrypted.
-var secretUnreadable = "not sent: the webhook's signing secret cannot be decrypted (MAILYARD_ENCRYPTION_KEY is not the key it was created with)"
+var secretUnreadable = "not sent: the webhook's signing secret cannot be decrypted (MAILYARD_ENCRYPTION_KEY is not the key it was created with); restore that key, or rotate the secret with expire_previous_in_seconds 0"
 
 // Attempt makes one delivery attempt: it loads the webhook, its secret and
 // the stored body, signs and POSTs them, and records the attempt. Receiver

@@ -178,7 +178,6 @@ func (r response) expectError(t *testing.T, status int, code string) {
 	}
 }
 
-// data returns the success envelope's data after checking status.
 // detailLocations lists the locations of an error's details, in order.
 func (r response) detailLocations() []string {
 	var locs []string
@@ -191,6 +190,7 @@ func (r response) detailLocations() []string {
 	return locs
 }
 
+// data returns the success envelope's data after checking status.
 func (r response) data(t *testing.T, status int) map[string]any {
 	t.Helper()
 	if r.Status != status {

@@ -1,6 +1,8 @@
 package api_test
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +11,7 @@ import (
 	"github.com/google/go-github/v74/github"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/testenv"
 )
@@ -133,6 +136,33 @@ func TestSecretRotationWithOverlap(t *testing.T) {
 
 // waitForUnchecked waits for one request of a delivery and returns it,
 // leaving signature checks to the caller.
+// A secret that cannot be decrypted (MAILYARD_ENCRYPTION_KEY changed) cannot
+// be kept signing: a rotation that would keep it is refused with a 409
+// saying how to rotate, and one with expire_previous_in_seconds 0 replaces
+// it, after which deliveries are signed again.
+func TestRotatingAnUnreadableSecret(t *testing.T) {
+	h := newHarness(t)
+	rcv := newReceiver(t)
+	h.startDeliveryWorker(rcv)
+	id, _ := h.createWebhook(h.adminKey, rcv.URL+"/unreadable", "delivered")
+	other, _ := secrets.New(bytes.Repeat([]byte{7}, 32))
+	sealed, _ := other.Seal([]byte("whsec_c2VhbGVkIGVsc2V3aGVyZQ=="), store.WebhookSecretBinding(id))
+	if _, err := h.store.DB.NewUpdate().Model((*store.Webhook)(nil)).Set("secret_enc = ?", sealed).Where("id = ?", id).Exec(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rotate := fmt.Sprintf("/api/v1/webhooks/%d/secret/rotate", id)
+	refused := h.do("POST", rotate, h.adminKey, map[string]any{})
+	refused.expectError(t, 409, "conflict")
+	if !strings.Contains(string(refused.Raw), "expire_previous_in_seconds 0") {
+		t.Fatalf("409 without the way out: %s", refused.Raw)
+	}
+	s2 := h.do("POST", rotate, h.adminKey, map[string]any{"expire_previous_in_seconds": 0}).data(t, 200)["signing_secret"].(string)
+	rec := rcv.waitForUnchecked(t, h.sendTest(id, nil))
+	if gh, sw := verifies(t, rec, s2); !gh || !sw {
+		t.Fatalf("after the rotation: go-github %v, standard webhooks %v", gh, sw)
+	}
+}
+
 func (r *receiver) waitForUnchecked(t *testing.T, deliveryID string) received {
 	t.Helper()
 	testenv.Eventually(t, 60*time.Second, "delivery "+deliveryID, func() bool { return len(r.requests(deliveryID)) > 0 })

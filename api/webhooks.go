@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/mailyard/mailyard/internal/apperr"
 	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/platformevents"
+	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/webhook"
 )
@@ -131,7 +133,8 @@ func (s *Server) registerWebhooks() {
 		Summary: "Rotate signing secret", Tags: tags,
 		Description: fmt.Sprintf("Replaces the signing secret. The replaced secret keeps signing beside the new one for expire_previous_in_seconds "+
 			"(webhook-signature carries one v1 signature per unexpired secret, newest first; X-Service-Signature is keyed with the oldest). "+
-			"0 ends every overlap at once. At most %d unexpired previous secrets (409 %s).", MaxPreviousSecrets, CodeTooManySecrets),
+			"0 ends every overlap at once. At most %d unexpired previous secrets (409 %s). A secret this server cannot decrypt cannot be kept (409 conflict): "+
+			"rotate it with 0.", MaxPreviousSecrets, CodeTooManySecrets),
 		Errors: []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity, http.StatusBadRequest},
 	}, s.rotateWebhookSecret)
 	register(s, huma.Operation{
@@ -293,6 +296,12 @@ func (s *Server) rotateWebhookSecret(ctx context.Context, in *RotateSecretInput)
 		MaxPrevious: MaxPreviousSecrets,
 		Reseal: func(currentEnc []byte, prevID int64) ([]byte, error) {
 			current, err := box.Open(currentEnc, store.WebhookSecretBinding(in.ID))
+			if errors.Is(err, secrets.ErrDecrypt) {
+				// The secret cannot sign any more (docs/webhooks.md), so
+				// there is nothing to keep; replacing it at once works.
+				return nil, apperr.Errorf(apperr.Conflict, "webhook",
+					"the current signing secret cannot be decrypted with this server's MAILYARD_ENCRYPTION_KEY, so it cannot keep signing; rotate with expire_previous_in_seconds 0")
+			}
 			if err != nil {
 				return nil, fmt.Errorf("open signing secret of webhook %d: %w", in.ID, err)
 			}
