@@ -274,6 +274,57 @@ func TestIngestWhileTemporalIsDown(t *testing.T) {
 	post(t, h.internal().URL, "/internal/v1/events", internalToken, event("e-down-2", "other.example", "bounced")).expectError(t, 422, "validation_failed")
 }
 
+// A retry whose start met an unavailable Temporal leaves the delivery
+// reopened (pending, its series number raised) with no run; the retry sent
+// again starts that series, and so does the event sent again, as it starts
+// any delivery of the event left unstarted.
+// Before, the start joined only an open run, and the first series' run had
+// closed: the delivery stayed pending with nothing to send it.
+func TestEventSentAgainStartsAFailedRetry(t *testing.T) {
+	h := newHarness(t)
+	rcv := newReceiver(t)
+	h.startDeliveryWorker(rcv)
+	h.domainInStatus(h.orgID, "shop.example", store.DomainVerified)
+	webhookID, secret := h.createWebhook(h.adminKey, rcv.URL+"/a", "bounced")
+	rcv.expect("/a", secret)
+	ids := deliveryIDs(t, post(t, h.internal().URL, "/internal/v1/events", internalToken, event("e-retry", "shop.example", "bounced")), 202)
+	if len(ids) != 1 {
+		t.Fatalf("ids %v", ids)
+	}
+	rcv.waitFor(t, ids[0], 1)
+	h.waitStatus(webhookID, ids[0], store.DeliveryDelivered)
+
+	dead, err := client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dead.Close)
+	down := httpServer(t, api.New(api.Deps{Config: h.cfg, Store: h.store, Temporal: dead, Logger: discardLogger()}).Handler())
+	retry := fmt.Sprintf("/api/v1/webhooks/%d/deliveries/%s/retry", webhookID, ids[0])
+	failRetry := func() {
+		t.Helper()
+		h.doAt(down.URL, "POST", retry, h.adminKey, nil, nil).expectError(t, 503, "unavailable")
+		if status, _ := h.deliveryStatus(webhookID, ids[0]); status != store.DeliveryPending {
+			t.Fatalf("after the failed retry the delivery is %s", status)
+		}
+	}
+
+	// The retry sent again starts the series.
+	failRetry()
+	h.do("POST", retry, h.adminKey, nil).data(t, 200)
+	rcv.waitFor(t, ids[0], 2)
+	h.waitStatus(webhookID, ids[0], store.DeliveryDelivered)
+
+	// So does the event sent again.
+	failRetry()
+	again := deliveryIDs(t, post(t, h.internal().URL, "/internal/v1/events", internalToken, event("e-retry", "shop.example", "bounced")), 202)
+	if !slices.Equal(again, ids) {
+		t.Fatalf("the event again: %v, first %v", again, ids)
+	}
+	rcv.waitFor(t, ids[0], 3)
+	h.waitStatus(webhookID, ids[0], store.DeliveryDelivered)
+}
+
 // Once its domain is no longer verified, an event sent again still gets its
 // deliveries (they were accepted when it was), but another event under its
 // event_id is 422, as while the domain was verified: it was answered 202

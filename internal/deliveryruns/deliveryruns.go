@@ -54,10 +54,11 @@ func NewDeliveryID() (string, error) {
 	return id.String(), nil
 }
 
-// StartFirst starts the first attempt series of each delivery. It is safe to
-// repeat, which is how an event whose first fan-out met an unavailable
-// Temporal gets its missing workflows: a running series is reused, and a
-// finished one is not started again.
+// StartFirst starts the current attempt series of each pending delivery:
+// the first, or the one a retry or recovery reopened it to when that start
+// failed. It is safe to repeat, which is how an event whose fan-out met an
+// unavailable Temporal gets its missing workflows: a running series is
+// reused, and a finished one is not started again.
 func (r *Runs) StartFirst(ctx context.Context, ids []string) error {
 	owners, err := r.owners(ctx, ids)
 	if err != nil {
@@ -73,7 +74,7 @@ func (r *Runs) StartFirstOf(ctx context.Context, ds []store.Delivery) error {
 	ids := PendingIDs(ds)
 	owners := make(map[string]store.DeliveryOwner, len(ids))
 	for _, d := range ds {
-		owners[d.ID] = store.DeliveryOwner{ID: d.ID, OrganizationID: d.OrganizationID, WebhookID: d.WebhookID}
+		owners[d.ID] = store.DeliveryOwner{ID: d.ID, OrganizationID: d.OrganizationID, WebhookID: d.WebhookID, Series: d.Series}
 	}
 	return r.startFirst(ctx, ids, owners)
 }
@@ -83,7 +84,17 @@ func (r *Runs) startFirst(ctx context.Context, ids []string, owners map[string]s
 	g.SetLimit(startConcurrency)
 	for _, id := range ids {
 		g.Go(func() error {
-			err := delivery.Start(ctx, r.Temporal, r.starting(id, owners[id], delivery.JoinOpen), r.input(id))
+			owner := owners[id]
+			if owner.Series > 0 {
+				// Reopened, and its own start failed: the first series' run
+				// has closed, so a start that joins would start nothing.
+				err := r.startIdle(ctx, r.seriesStarting(id, owner, owner.Series, ""))
+				if errors.Is(err, ErrSeriesRunning) {
+					return nil
+				}
+				return err
+			}
+			err := delivery.Start(ctx, r.Temporal, r.starting(id, owner, delivery.JoinOpen), r.input(id))
 			var started *serviceerror.WorkflowExecutionAlreadyStarted
 			if errors.As(err, &started) {
 				return nil
@@ -132,10 +143,11 @@ func (r *Runs) StartForRecovery(ctx context.Context, id string, series int64, re
 const maxReplaces = 2
 
 func (r *Runs) startSeries(ctx context.Context, id string, series int64, recoveryID string) error {
-	s, err := r.seriesStarting(ctx, id, series, recoveryID)
+	owners, err := r.owners(ctx, []string{id})
 	if err != nil {
 		return err
 	}
+	s := r.seriesStarting(id, owners[id], series, recoveryID)
 	for range maxReplaces + 1 {
 		err := delivery.Start(ctx, r.Temporal, s, r.input(id))
 		var started *serviceerror.WorkflowExecutionAlreadyStarted
@@ -161,17 +173,13 @@ func (r *Runs) startSeries(ctx context.Context, id string, series int64, recover
 // seriesStarting is the start of series number series of a delivery, only
 // if no run is open, with the series (and the recovery that starts it, if
 // any) in the run's memo.
-func (r *Runs) seriesStarting(ctx context.Context, id string, series int64, recoveryID string) (delivery.Starting, error) {
-	owners, err := r.owners(ctx, []string{id})
-	if err != nil {
-		return delivery.Starting{}, err
-	}
-	s := r.starting(id, owners[id], delivery.OnlyIfIdle)
+func (r *Runs) seriesStarting(id string, owner store.DeliveryOwner, series int64, recoveryID string) delivery.Starting {
+	s := r.starting(id, owner, delivery.OnlyIfIdle)
 	s.Memo = map[string]any{seriesMemo: series}
 	if recoveryID != "" {
 		s.Memo[recoveryMemo] = recoveryID
 	}
-	return s, nil
+	return s
 }
 
 // seriesOf returns the series number in the memo of one run of the
@@ -194,11 +202,15 @@ func (r *Runs) seriesOf(ctx context.Context, id, runID string) (int64, error) {
 // series to a delivery whose start failed, and never a second one to a
 // delivery whose series runs.
 func (r *Runs) StartIfIdle(ctx context.Context, id string, series int64) error {
-	s, err := r.seriesStarting(ctx, id, series, "")
+	owners, err := r.owners(ctx, []string{id})
 	if err != nil {
 		return err
 	}
-	err = delivery.Start(ctx, r.Temporal, s, r.input(id))
+	return r.startIdle(ctx, r.seriesStarting(id, owners[id], series, ""))
+}
+
+func (r *Runs) startIdle(ctx context.Context, s delivery.Starting) error {
+	err := delivery.Start(ctx, r.Temporal, s, r.input(s.DeliveryID))
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
 		return ErrSeriesRunning

@@ -341,6 +341,8 @@ type DeliveryOwner struct {
 	ID             string `bun:"id"`
 	OrganizationID int64  `bun:"organization_id"`
 	WebhookID      int64  `bun:"webhook_id"`
+	// Series is the delivery's current attempt series (Delivery.Series).
+	Series int64 `bun:"series"`
 }
 
 // DeliveryOwners reads the owners of deliveries, by delivery id; unknown ids
@@ -351,7 +353,7 @@ func (s *Store) DeliveryOwners(ctx context.Context, ids []string) (map[string]De
 		return out, nil
 	}
 	var rows []DeliveryOwner
-	if err := s.DB.NewSelect().Model((*Delivery)(nil)).Column("id", "organization_id", "webhook_id").
+	if err := s.DB.NewSelect().Model((*Delivery)(nil)).Column("id", "organization_id", "webhook_id", "series").
 		Where("id IN (?)", bun.List(ids)).Scan(ctx, &rows); err != nil {
 		return nil, err
 	}
