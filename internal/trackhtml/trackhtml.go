@@ -73,9 +73,10 @@ type Params struct {
 	// length of their Result.Links): MaxLinks is for the whole email, so this
 	// body tracks at most MaxLinks-LinksBefore distinct URLs.
 	LinksBefore int
-	// NotUTF8 says the HTML is in another charset (ISO-8859-1, GB2312...):
-	// a link with non-ASCII bytes is then left as written, since its bytes
-	// read as UTF-8, even validly, would be another URL.
+	// NotUTF8 says the HTML is in another charset (US-ASCII, ISO-8859-1,
+	// GB2312...): a link with non-ASCII bytes is then left as written, since
+	// its bytes read as UTF-8, even validly, would be another URL, and a
+	// rewritten tag writes non-ASCII characters as character references.
 	NotUTF8 bool
 }
 

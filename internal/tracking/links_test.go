@@ -93,3 +93,41 @@ func TestPersonalizeKeepsOwnListUnsubscribe(t *testing.T) {
 		t.Errorf("no fields added:\n%s", got)
 	}
 }
+
+// TestPersonalizeKeepsPartsWithinTheirEncoding: a tracked tag keeps a part
+// declared US-ASCII (or without a charset) ASCII, writing the characters its
+// references decode to back as references (before, "Caf&eacute;" became
+// raw UTF-8, shown as "CafÃ©"); and a longer click URL that pushes a line of
+// a binary part past 998 octets makes the part quoted-printable, as for
+// 8bit (before, the line went out as it was).
+func TestPersonalizeKeepsPartsWithinTheirEncoding(t *testing.T) {
+	for name, part := range map[string]string{
+		"no charset": "Content-Type: text/html\r\n\r\n<a href=\"https://x.example/a\" title=\"Caf&eacute;&nbsp;\">x</a>\r\n",
+		"us-ascii":   "Content-Type: text/html; charset=us-ascii\r\n\r\n<a href=\"https://x.example/a\" title=\"Caf&eacute;\">x</a>\r\n",
+		"binary": "Content-Type: text/html; charset=utf-8\r\nContent-Transfer-Encoding: binary\r\n\r\n" +
+			strings.Repeat("w", 960) + "<a href=\"https://x.example/a\">x</a>\r\n",
+	} {
+		p, err := links(t).Personalize([]byte("From: shop@shop.example\r\n"+part), base, tracking.Settings{Clicks: true}, uuid.New(), 0)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		msg := string(p.Message)
+		if len(p.Links) != 1 {
+			t.Errorf("%s: links %v, want the one", name, p.Links)
+		}
+		// Quoted-printable would hide raw UTF-8 as "=C3=A9": the part must
+		// stay unencoded, with its character as a reference.
+		if strings.ContainsFunc(msg, func(r rune) bool { return r >= 0x80 }) ||
+			name != "binary" && (strings.Contains(msg, "quoted-printable") || !strings.Contains(msg, `title="Caf&#233;`)) {
+			t.Errorf("%s: non-ASCII written into the part:\n%s", name, msg)
+		}
+		for _, line := range strings.Split(msg, "\r\n") {
+			if len(line) > 998 {
+				t.Errorf("%s: a line of %d octets", name, len(line))
+			}
+		}
+		if name == "binary" && !strings.Contains(msg, "Content-Transfer-Encoding: quoted-printable\r\n") {
+			t.Errorf("binary: not re-encoded:\n%s", msg)
+		}
+	}
+}

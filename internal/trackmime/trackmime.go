@@ -8,9 +8,9 @@
 // relies on, so this package copies raw byte ranges: the top-level header,
 // multipart preambles, boundary lines and epilogues, and every part it does
 // not rewrite are kept byte for byte. A rewritten part keeps its header; only
-// when its body no longer fits its Content-Transfer-Encoding (7bit or 8bit
-// with a line over 998 octets, or 8-bit data in 7bit) is that one field
-// changed to quoted-printable.
+// when its body no longer fits its Content-Transfer-Encoding (7bit, 8bit or
+// binary with a line over 998 octets, or 8-bit data in 7bit) is that one
+// field changed to quoted-printable.
 //
 // Multipart bodies are split on their boundary lines here (RFC 2046 §5.1.1)
 // rather than with mime/multipart, which does not give the raw bytes back.
@@ -76,14 +76,12 @@ type Part struct {
 	Charset string
 }
 
-// UTF8 reports whether the part's text is UTF-8 (us-ascii is too): only
-// then do its non-ASCII bytes mean what they would in a URL or a database.
+// UTF8 reports whether the part declares UTF-8: only then do its non-ASCII
+// bytes mean what they would in a URL or a database, and may a rewrite write
+// non-ASCII characters into it. US-ASCII (or no charset) is not: it has no
+// such bytes, and a mail reader shows any there as another charset's.
 func (p Part) UTF8() bool {
-	switch p.Charset {
-	case "", "us-ascii", "ascii", "utf-8", "utf8":
-		return true
-	}
-	return false
+	return p.Charset == "utf-8" || p.Charset == "utf8"
 }
 
 // Rewriter rewrites one decoded text body. Returning body unchanged keeps
@@ -283,7 +281,9 @@ func (w *walker) text(out *bytes.Buffer, raw []byte, h header, html bool, charse
 	case cte == "base64":
 		out.Write(raw[:h.bodyStart])
 		writeBase64(out, rewritten, bytes.HasSuffix(encoded, []byte("\n")))
-	case cte != "binary" && !fits(rewritten, cte != "8bit"):
+	case !fits(rewritten, cte != "8bit" && cte != "binary"):
+		// A binary part too: Mailyard sends without BINARYMIME, so its
+		// lines must fit RFC 5322's limit like 8bit ones.
 		h.writeWithCTE(out, "quoted-printable")
 		writeQP(out, rewritten)
 	default:

@@ -239,7 +239,7 @@ func TestUntouched(t *testing.T) {
 }
 
 // The rewriter learns each part's charset, lower-cased, and whether it is
-// UTF-8 (us-ascii, or no charset at all, is).
+// UTF-8 (declared so: us-ascii, or no charset at all, is not).
 func TestPartCharset(t *testing.T) {
 	msg := "Content-Type: multipart/alternative; boundary=b\r\n\r\n" +
 		"--b\r\nContent-Type: text/plain\r\n\r\nplain\r\n" +
@@ -256,7 +256,7 @@ func TestPartCharset(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("parts %+v, want %+v", got, want)
 	}
-	if !got[0].UTF8() || got[1].UTF8() || !got[2].UTF8() {
+	if got[0].UTF8() || got[1].UTF8() || !got[2].UTF8() {
 		t.Errorf("UTF8() of %+v: %v %v %v", got, got[0].UTF8(), got[1].UTF8(), got[2].UTF8())
 	}
 }
