@@ -57,8 +57,8 @@ func FuzzParse(f *testing.F) {
 				t.Fatal("a legacy bounce not from the null sender or without findings")
 			}
 		case KindUnsubscribe:
-			if !unsubscribe {
-				t.Fatal("unsubscribe without the envelope saying so")
+			if !unsubscribe || nullSender {
+				t.Fatal("unsubscribe without the envelope saying so, or from the null sender")
 			}
 		case KindAutoReply, KindUnrecognized:
 		default:

@@ -219,6 +219,35 @@ func TestParseWithoutHeader(t *testing.T) {
 		require.Equal(t, &Report{Kind: KindUnrecognized}, Parse([]byte(raw), Envelope{}), "%q", raw)
 		require.Equal(t, &Report{Kind: KindUnrecognized}, Parse([]byte(raw), Envelope{NullSender: true}), "%q", raw)
 		require.Equal(t, &Report{Kind: KindUnsubscribe}, Parse([]byte(raw), Envelope{Unsubscribe: true}), "%q", raw)
+		require.Equal(t, &Report{Kind: KindUnrecognized}, Parse([]byte(raw), Envelope{Unsubscribe: true, NullSender: true}), "%q", raw)
+	}
+}
+
+// A bounce sent to an unsubscribe address that is neither a readable report
+// nor a legacy bounce naming a recipient (qmail's "failure notice" without
+// a status beside an address, a report whose blocks cannot be read) asks
+// for nothing, as an auto-reply does: before, it unsubscribed the token's
+// recipient.
+func TestBounceToUnsubscribeAddressIsNoRequest(t *testing.T) {
+	qmail := "From: MAILER-DAEMON@mx.example.org\r\nSubject: failure notice\r\n\r\n" +
+		"Hi. This is the qmail-send program. I'm afraid I wasn't able to deliver your message.\r\n"
+	report := "From: someone@example.org\r\nContent-Type: multipart/report; report-type=delivery-status; boundary=b\r\n\r\n" +
+		"--b\r\nContent-Type: text/plain\r\n\r\nnot delivered\r\n--b\r\nContent-Type: message/delivery-status\r\n\r\nbroken\r\n--b--\r\n"
+	for name, c := range map[string]struct {
+		raw string
+		env Envelope
+	}{
+		"qmail from the null sender":     {qmail, Envelope{Unsubscribe: true, NullSender: true}},
+		"unreadable report":              {report, Envelope{Unsubscribe: true}},
+		"unreadable report, null sender": {report, Envelope{Unsubscribe: true, NullSender: true}},
+	} {
+		if r := Parse([]byte(c.raw), c.env); r.Kind != KindUnrecognized {
+			t.Errorf("%s: %s, want unrecognized", name, r.Kind)
+		}
+	}
+	// A person's mail, whatever it says, still unsubscribes.
+	if r := Parse([]byte("From: ada@example.org\r\nSubject: failure notice\r\n\r\nplease stop\r\n"), Envelope{Unsubscribe: true}); r.Kind != KindUnsubscribe {
+		t.Errorf("a person's mail: %s", r.Kind)
 	}
 }
 

@@ -118,7 +118,7 @@ func parse(raw []byte, env Envelope) *Report {
 		// Without a header there is nothing to classify by, but mail to an
 		// unsubscribe address asks to unsubscribe whatever it holds (an
 		// empty message included).
-		if env.Unsubscribe {
+		if asksToUnsubscribe(env) {
 			r.Kind = KindUnsubscribe
 		}
 		return r
@@ -127,7 +127,8 @@ func parse(raw []byte, env Envelope) *Report {
 	r.MessageID = stripAngles(h.Get("Message-Id"))
 
 	mediaType, params, _ := mime.ParseMediaType(h.Get("Content-Type"))
-	if mediaType == "multipart/report" && params["boundary"] != "" {
+	report := mediaType == "multipart/report"
+	if report && params["boundary"] != "" {
 		// Only the top-level report type counts: a report attached inside
 		// another message is that message's content, not a report to us.
 		switch strings.ToLower(strings.TrimSpace(params["report-type"])) {
@@ -161,15 +162,19 @@ func parse(raw []byte, env Envelope) *Report {
 			return r
 		}
 	}
-	if env.Unsubscribe {
+	if asksToUnsubscribe(env) && !report {
 		r.Kind = KindUnsubscribe
 	}
 	return r
 }
 
-// isAutoReply reports whether the header marks an automatic reply. An empty
-// Auto-Submitted counts: only "no" says a human wrote the message (RFC 3834
-// §5), and a broken header is more likely from software than from a person.
+// asksToUnsubscribe says whether mail to an unsubscribe address asks to
+// unsubscribe, as far as its envelope tells: a person's mail client (or a
+// mailbox provider acting for the person) sends from the person's address,
+// while bounces and automatic replies come from the null sender (RFC 3834
+// §3.3). A report that could not be read is a mail system's too.
+func asksToUnsubscribe(env Envelope) bool { return env.Unsubscribe && !env.NullSender }
+
 // errHeaderTooLong refuses a header past maxHeaderBytes.
 var errHeaderTooLong = errors.New("header too long")
 
@@ -211,6 +216,9 @@ var bounceSubjects = []string{
 	"could not be delivered", "not delivered", "delivery has failed", "delivery problem",
 }
 
+// isAutoReply reports whether the header marks an automatic reply. An empty
+// Auto-Submitted counts: only "no" says a human wrote the message (RFC 3834
+// §5), and a broken header is more likely from software than from a person.
 func isAutoReply(h mail.Header) bool {
 	if v, ok := h["Auto-Submitted"]; ok && len(v) > 0 {
 		value, _, _ := strings.Cut(v[0], ";")
