@@ -66,7 +66,7 @@ func (s *Server) registerTracking() {
 		Summary: "Update tracking settings", Tags: []string{"Domains"},
 		Description: "Turns open, click and one-click unsubscribe tracking on or off for the domain's emails (all off by default), and sets or removes (null) its custom tracking domain, " +
 			"whose CNAME becomes the domain's record 5 until it is removed; POST /verify checks it with the others. " +
-			"Turning tracking on needs MAILYARD_TRACKING_URL (409 tracking_not_configured).",
+			"Turning tracking on needs MAILYARD_TRACKING_URL, and a custom domain MAILYARD_TRACKING_TLS_ADDR as well (409 tracking_not_configured).",
 		Errors: []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity, http.StatusBadRequest},
 	}, s.updateTracking)
 }
@@ -89,6 +89,11 @@ func (s *Server) updateTracking(ctx context.Context, in *UpdateTrackingInput) (*
 	turnsOn := isTrue(b.Opens) || isTrue(b.Clicks) || isTrue(b.Unsubscribe) || change.CustomDomain != nil
 	if turnsOn && s.cfg.Tracking.URL == "" {
 		return nil, trackingNotConfigured()
+	}
+	if change.CustomDomain != nil && s.cfg.Tracking.TLSAddr == "" {
+		// Nothing would serve HTTPS for it: every link of its emails would
+		// lead nowhere, the one-click unsubscribe included.
+		return nil, newError(CodeTrackingNotConfigured, "custom tracking domains need MAILYARD_TRACKING_TLS_ADDR, where mailyard api serves their HTTPS, which this server does not have")
 	}
 	if err := s.store.SetDomainTracking(ctx, d, change); err != nil {
 		return nil, err
