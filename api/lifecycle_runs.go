@@ -16,8 +16,8 @@ import (
 )
 
 // rotateBudget bounds how long Rotate waits for the workflow to begin the
-// rotation before answering from the database.
-const rotateBudget = 10 * time.Second
+// rotation before answering from the database (a variable for tests).
+var rotateBudget = 10 * time.Second
 
 // domainLifecycle starts and talks to a domain's rotation and deletion
 // workflows. Only ids and durations cross to Temporal.
@@ -61,7 +61,7 @@ func (l *domainLifecycle) Rotate(ctx context.Context, orgID, domainID int64) (Ro
 	var st rotation.Status
 	if err == nil {
 		err = handle.Get(ctx, &st)
-		if errors.Is(err, context.DeadlineExceeded) && context.Cause(ctx) == context.DeadlineExceeded {
+		if err != nil && outOfBudget(ctx) {
 			return l.rotationFromStore(context.WithoutCancel(ctx), domainID)
 		}
 	}
@@ -76,6 +76,15 @@ func (l *domainLifecycle) Rotate(ctx context.Context, orgID, domainID int64) (Ro
 	default:
 		return RotationStarted{}, err
 	}
+}
+
+// outOfBudget says whether ctx, a budget of WithTimeout, has run out. The
+// SDK reports an update call cut by its deadline as the gRPC status
+// (serviceerror.DeadlineExceeded inside a
+// client.WorkflowUpdateServiceTimeoutOrCanceledError), which is not
+// context.DeadlineExceeded, so the context is asked instead.
+func outOfBudget(ctx context.Context) bool {
+	return context.Cause(ctx) == context.DeadlineExceeded
 }
 
 // rotationFromStore describes a rotation the workflow accepted but has not begun.

@@ -1,0 +1,66 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/mailyard/mailyard/api"
+	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/workflows/onboarding"
+	"github.com/mailyard/mailyard/workflows/rotation"
+)
+
+// A rotation the workflow accepted but has not begun within the budget is
+// answered 202 from the database, and a verification the workflow has not
+// finished is answered with the domain as stored: both go on in their
+// workflows. Before, the SDK's deadline error (a gRPC status, not
+// context.DeadlineExceeded) was not recognized, and both answered 503.
+func TestSlowLifecycleWorkflowsAreAnsweredFromTheStore(t *testing.T) {
+	h := newHarness(t)
+	api.ShortenLifecycleBudgets(t, 2*time.Second)
+	// Workflows that accept their updates and never finish them.
+	never := func(ctx workflow.Context) error { return workflow.Await(ctx, func() bool { return false }) }
+	w := sdkworker.New(h.temporal, rotation.TaskQueue, sdkworker.Options{})
+	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ rotation.Input) error {
+		if err := workflow.SetUpdateHandler(ctx, rotation.RotateUpdate, func(ctx workflow.Context) (rotation.Status, error) {
+			return rotation.Status{}, never(ctx)
+		}); err != nil {
+			return err
+		}
+		return never(ctx)
+	}, workflow.RegisterOptions{Name: rotation.WorkflowName})
+	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ onboarding.Input) error {
+		if err := workflow.SetUpdateHandler(ctx, onboarding.VerifyUpdate, func(ctx workflow.Context) (onboarding.VerifyResult, error) {
+			return onboarding.VerifyResult{}, never(ctx)
+		}); err != nil {
+			return err
+		}
+		return never(ctx)
+	}, workflow.RegisterOptions{Name: onboarding.WorkflowName})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+
+	verified := h.domainInStatus(h.orgID, "slow.example", store.DomainVerified)
+	for i, state := range []string{store.DKIMActive, store.DKIMStandby} {
+		if _, err := h.store.InsertDKIMKeyIfAbsent(context.Background(), &store.DKIMKey{Selector: fmt.Sprintf("sel%d", i+1), DomainID: verified,
+			Position: i + 1, Generation: 1, State: state, Bits: 2048, PrivateKeyEnc: []byte("sealed"), PublicKey: "pub"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rot := h.do("POST", fmt.Sprintf("/api/v1/domains/%d/dkim/rotate", verified), h.adminKey, nil).data(t, 202)["rotation"].(map[string]any)
+	if rot["status"] != rotation.StatusWaitingForDNS || rot["active_selector"] != "sel1" || rot["next_selector"] != "sel2" {
+		t.Errorf("rotation %v, want status %s", rot, rotation.StatusWaitingForDNS)
+	}
+	pending := h.domainInStatus(h.orgID, "pending.example", store.DomainPending)
+	dom := h.do("POST", fmt.Sprintf("/api/v1/domains/%d/verify", pending), h.adminKey, nil).data(t, 200)["domain"].(map[string]any)
+	if dom["status"] != store.DomainPending {
+		t.Errorf("domain %v, want it pending as stored", dom)
+	}
+}
