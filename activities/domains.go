@@ -121,10 +121,14 @@ func (a *Domains) CheckDNSRecords(ctx context.Context, domainID int64) (onboardi
 	return onboarding.CheckResult{Status: out.Status, Verified: out.Verified, LookupFailed: out.LookupFailed, Total: out.Total}, nil
 }
 
-// FailDomain closes the verification window: a still-pending domain fails, and
-// domain.failed is announced (once per window).
-func (a *Domains) FailDomain(ctx context.Context, domainID int64) (string, error) {
-	status, err := a.Store.FailDomain(ctx, domainID)
+// FailDomain closes the verification window that opened at windowStart: a
+// domain still pending in it fails, and domain.failed is announced (once per
+// window). A window reopened since (Verify domain on the failed domain, while
+// this activity was retried) is left open. windowStart is zero in activities
+// scheduled by runs from before it was passed: they close whichever window
+// is open.
+func (a *Domains) FailDomain(ctx context.Context, domainID int64, windowStart time.Time) (string, error) {
+	status, err := a.Store.FailDomain(ctx, domainID, windowStart)
 	if err != nil || status != store.DomainFailed {
 		return status, err
 	}

@@ -174,7 +174,7 @@ func TestCheckDNSRecordsAgainstARealZone(t *testing.T) {
 		t.Fatalf("domain after full check: %+v", dom)
 	}
 	// The window closing later leaves a verified domain verified.
-	if status, _ := a.FailDomain(ctx, d.ID); status != "verified" {
+	if status, _ := a.FailDomain(ctx, d.ID, d.WindowStartedAt); status != "verified" {
 		t.Fatalf("FailDomain on verified: %s", status)
 	}
 }
@@ -198,7 +198,37 @@ func TestLookupFailureKeepsStatus(t *testing.T) {
 			t.Fatalf("record after failed look-up: %+v", r)
 		}
 	}
-	if status, _ := a.FailDomain(ctx, d.ID); status != "failed" {
+	if status, _ := a.FailDomain(ctx, d.ID, time.Time{}); status != "failed" {
 		t.Fatalf("FailDomain on pending: %s", status)
+	}
+}
+
+// FailDomain closes the window its run was given, not one opened since:
+// Verify domain reopens a failed domain while the activity that failed it
+// is retried (its domain.failed did not go out). Before, the retry failed
+// the new window at once and announced a second domain.failed.
+func TestFailDomainClosesOnlyItsWindow(t *testing.T) {
+	a, st, d := domainActivities(t, "127.0.0.1:1")
+	ctx := context.Background()
+	failedEvents := func() int64 {
+		t.Helper()
+		n, err := st.DB.NewSelect().Model((*store.PlatformEvent)(nil)).Where("event_type = ?", "domain.failed").Count(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if status, err := a.FailDomain(ctx, d.ID, d.WindowStartedAt); err != nil || status != store.DomainFailed || failedEvents() != 1 {
+		t.Fatalf("closing the window: %s, %v, %d events", status, err, failedEvents())
+	}
+	reopened := d.WindowStartedAt.Add(72 * time.Hour)
+	if err := st.ReopenDomain(ctx, d.ID, reopened); err != nil {
+		t.Fatal(err)
+	}
+	if status, err := a.FailDomain(ctx, d.ID, d.WindowStartedAt); err != nil || status != store.DomainPending || failedEvents() != 1 {
+		t.Fatalf("the old window's retry: %s, %v, %d events; want the new window pending", status, err, failedEvents())
+	}
+	if status, err := a.FailDomain(ctx, d.ID, reopened); err != nil || status != store.DomainFailed || failedEvents() != 2 {
+		t.Fatalf("closing the new window: %s, %v, %d events", status, err, failedEvents())
 	}
 }

@@ -277,11 +277,18 @@ func (s *Store) SaveChecks(ctx context.Context, domainID int64, checks []RecordC
 	return status, notFound(err, "domain")
 }
 
-// FailDomain ends a verification window without success: pending becomes failed.
-// It returns the status afterwards (verified stays verified).
-func (s *Store) FailDomain(ctx context.Context, domainID int64) (string, error) {
-	if _, err := s.DB.NewUpdate().Model((*Domain)(nil)).Set("status = ?", DomainFailed).
-		Where("id = ?", domainID).Where("status = ?", DomainPending).Exec(ctx); err != nil {
+// FailDomain ends the verification window that opened at windowStart without
+// success: a domain still pending in it becomes failed. It returns the status
+// afterwards: verified stays verified, and a domain whose window was reopened
+// since (a later window_started_at) stays pending, since that window is
+// another run's. A zero windowStart ends whichever window is open.
+func (s *Store) FailDomain(ctx context.Context, domainID int64, windowStart time.Time) (string, error) {
+	q := s.DB.NewUpdate().Model((*Domain)(nil)).Set("status = ?", DomainFailed).
+		Where("id = ?", domainID).Where("status = ?", DomainPending)
+	if !windowStart.IsZero() {
+		q = q.Where("window_started_at <= ?", windowStart.UTC())
+	}
+	if _, err := q.Exec(ctx); err != nil {
 		return "", err
 	}
 	var status string

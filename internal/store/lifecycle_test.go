@@ -113,3 +113,31 @@ func TestFinalFailureDisablesAfterTheFailureClock(t *testing.T) {
 		}
 	})
 }
+
+// FailDomain closes only the window it is given (or an earlier one), on
+// both databases: a window reopened since stays pending.
+func TestFailDomainKeepsAReopenedWindow(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		id := newDomain(t, st, newOrg(t, st, "acme"), "x.example", store.DomainPending)
+		d, err := st.DomainByID(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := d.WindowStartedAt
+		if status, err := st.FailDomain(ctx, id, first); err != nil || status != store.DomainFailed {
+			t.Fatalf("closing the first window: %s, %v", status, err)
+		}
+		second := first.Add(72*time.Hour + time.Microsecond)
+		if err := st.ReopenDomain(ctx, id, second); err != nil {
+			t.Fatal(err)
+		}
+		if status, err := st.FailDomain(ctx, id, first); err != nil || status != store.DomainPending {
+			t.Fatalf("closing the first window again: %s, %v; want the second one pending", status, err)
+		}
+		if status, err := st.FailDomain(ctx, id, second); err != nil || status != store.DomainFailed {
+			t.Fatalf("closing the second window: %s, %v", status, err)
+		}
+	})
+}

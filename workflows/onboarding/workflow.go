@@ -87,11 +87,21 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 		wait, open := NextWait(in.Schedule, workflow.Now(ctx).Sub(in.WindowStart))
 		if !open {
 			var status string
-			if err := workflow.ExecuteActivity(checkCtx, FailDomainActivity, in.DomainID).Get(checkCtx, &status); err != nil {
+			if err := workflow.ExecuteActivity(checkCtx, FailDomainActivity, in.DomainID, in.WindowStart).Get(checkCtx, &status); err != nil {
 				return Result{}, err
 			}
-			p.Status = status
-			logger.Info("verification window closed", "DomainID", in.DomainID, "Status", status)
+			// A verify update may have settled the domain meanwhile (its
+			// window reopened after this one failed, and the check passed):
+			// that status stands, and a verified domain still gets its
+			// effects below. Runs from before keep-settled-status took the
+			// activity's answer.
+			if p.Status == StatusPending || workflow.GetVersion(ctx, keepSettledStatusChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+				p.Status = status
+			}
+			// Pending: the window was reopened while this run closed it.
+			// The new window's run is started by the API's sweep of
+			// pending domains without one.
+			logger.Info("verification window closed", "DomainID", in.DomainID, "Status", p.Status)
 			break
 		}
 		p.NextCheckAt = workflow.Now(ctx).Add(wait)
@@ -122,6 +132,11 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	logger.Info("onboarding finished", "DomainID", in.DomainID, "Status", p.Status)
 	return Result{Status: p.Status}, nil
 }
+
+// keepSettledStatusChange is the workflow.GetVersion change id of runs in
+// which a status a verify update settled while the window closed is kept; it
+// is recorded only in runs where that happens.
+const keepSettledStatusChange = "keep-settled-status"
 
 // verifyAfterKeysChange is the workflow.GetVersion change id of runs whose
 // verify update, sent while the keys are generated or published, waits for

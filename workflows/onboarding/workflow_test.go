@@ -32,7 +32,7 @@ func (s *workflowSuite) SetupTest() {
 	s.env.RegisterActivityWithOptions(func(context.Context, int64) error { return nil }, activity.RegisterOptions{Name: GenerateKeysActivity})
 	s.env.RegisterActivityWithOptions(func(context.Context, int64) error { return nil }, activity.RegisterOptions{Name: PublishKeysActivity})
 	s.env.RegisterActivityWithOptions(func(context.Context, int64) (CheckResult, error) { return CheckResult{}, nil }, activity.RegisterOptions{Name: CheckRecordsActivity})
-	s.env.RegisterActivityWithOptions(func(context.Context, int64) (string, error) { return "", nil }, activity.RegisterOptions{Name: FailDomainActivity})
+	s.env.RegisterActivityWithOptions(func(context.Context, int64, time.Time) (string, error) { return "", nil }, activity.RegisterOptions{Name: FailDomainActivity})
 	s.env.RegisterActivityWithOptions(func(context.Context, int64) error { return nil }, activity.RegisterOptions{Name: VerifiedActivity})
 }
 
@@ -84,7 +84,7 @@ func (s *workflowSuite) TestVerifiedOnTwelfthCheck() {
 func (s *workflowSuite) TestFailsWhenTheWindowCloses() {
 	s.env.OnActivity(GenerateKeysActivity, mock.Anything, int64(7)).Return(nil).Once()
 	s.env.OnActivity(PublishKeysActivity, mock.Anything, int64(7)).Return(nil).Once()
-	s.env.OnActivity(FailDomainActivity, mock.Anything, int64(7)).Return(StatusFailed, nil).Once()
+	s.env.OnActivity(FailDomainActivity, mock.Anything, int64(7), mock.Anything).Return(StatusFailed, nil).Once()
 	var at []time.Duration
 	s.checksAnswer(0, &at, s.env.Now())
 	s.env.ExecuteWorkflow(WorkflowName, Input{DomainID: 7})
@@ -157,13 +157,31 @@ func (s *workflowSuite) TestRestartedWindowSkipsKeysAndCountsFromItsStart() {
 	start := s.env.Now().Add(-71 * time.Hour)
 	var at []time.Duration
 	s.checksAnswer(0, &at, s.env.Now())
-	s.env.OnActivity(FailDomainActivity, mock.Anything, int64(7)).Return(StatusFailed, nil).Once()
+	s.env.OnActivity(FailDomainActivity, mock.Anything, int64(7), mock.Anything).Return(StatusFailed, nil).Once()
 	s.env.ExecuteWorkflow(WorkflowName, Input{DomainID: 7, WindowStart: start, KeysPublished: true})
 
 	s.Equal(StatusFailed, s.result().Status)
 	// Checks at 71h, 71h30, 72h relative to the window: three.
 	s.Len(at, 3)
 	s.Equal(time.Hour, at[2])
+}
+
+// A verify that settles the domain while the window closes (the API
+// reopened the failed window, and the check passed) is not undone by the
+// closing's "failed": the domain's verified effects still run. Before, the
+// run ended failed with the domain verified, without domain.verified or
+// its rotation.
+func (s *workflowSuite) TestVerifyDuringTheClosingKeepsItsStatus() {
+	start := s.env.Now().Add(-72 * time.Hour)
+	s.env.OnActivity(CheckRecordsActivity, mock.Anything, int64(7)).Return(CheckResult{Status: StatusPending, Total: 4}, nil).Once()
+	s.env.OnActivity(CheckRecordsActivity, mock.Anything, int64(7)).Return(CheckResult{Status: StatusVerified, Verified: 4, Total: 4}, nil).Once()
+	s.env.OnActivity(FailDomainActivity, mock.Anything, int64(7), mock.MatchedBy(start.Equal)).After(time.Minute).Return(StatusFailed, nil).Once()
+	s.env.OnActivity(VerifiedActivity, mock.Anything, int64(7)).Return(nil).Once()
+	updated := s.verifyAfter(30 * time.Second)
+	s.env.ExecuteWorkflow(WorkflowName, Input{DomainID: 7, WindowStart: start, KeysPublished: true})
+
+	s.Equal(StatusVerified, s.result().Status)
+	s.Equal(StatusVerified, updated.Status, "the verify's answer")
 }
 
 func (s *workflowSuite) TestCustomScheduleAndPublisherRetry() {
