@@ -16,6 +16,7 @@ import (
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/verification"
+	"github.com/mailyard/mailyard/workflows/onboarding"
 )
 
 // Domain is a sending domain as lists show it.
@@ -192,7 +193,14 @@ func (s *Server) addDomain(ctx context.Context, in *AddDomainInput) (*Response[A
 	if err := s.onboarding.Start(ctx, d); err != nil {
 		// Without its workflow the domain would never be verified: take it
 		// back (with the answer stored with it) so the client can simply retry.
+		// But a start whose answer only was lost (a time-out) has a run,
+		// which may already have published the domain's DKIM keys: taken
+		// back, they would stay in the zone with nothing to remove them.
+		// That domain is answered, as it would have been.
 		undo := context.WithoutCancel(ctx)
+		if exists, _, rerr := s.runOf(undo, onboarding.WorkflowID(d.ID)); rerr == nil && exists {
+			return answer(), nil
+		}
 		if delErr := errors.Join(s.store.DeleteDomain(undo, d.ID), s.undoAnswerInTx(undo)); delErr != nil {
 			s.logger.ErrorContext(ctx, "removing a domain whose onboarding did not start", "domain_id", d.ID, "error", delErr)
 		}

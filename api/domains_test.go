@@ -1,9 +1,15 @@
 package api_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+
+	"go.temporal.io/api/serviceerror"
+
+	"github.com/mailyard/mailyard/workflows/onboarding"
 )
 
 func TestAddDomainAnswersTheFourRecords(t *testing.T) {
@@ -127,4 +133,34 @@ func longDomain(n int) string {
 		head = head[:len(head)-1] + "a"
 	}
 	return head + ".example"
+}
+
+// A domain whose onboarding start only looked failed (the run was created,
+// its answer lost) is answered 201 and kept: its run may already have
+// published the DKIM keys, which taking the domain back would leave in the
+// zone with nothing to remove them. A start that Temporal refused takes
+// the domain back, as before, so the client can simply retry.
+func TestAddDomainWhoseStartAnswerWasLost(t *testing.T) {
+	h := newHarness(t)
+	lost := h.doAt(h.serverThrough(loseStartAnswers, 0).URL, "POST", "/api/v1/domains", h.adminKey, map[string]any{"domain": "lost.example"}, nil).data(t, 201)
+	id := int64(lost["domain"].(map[string]any)["id"].(float64))
+	h.do("GET", fmt.Sprintf("/api/v1/domains/%d", id), h.adminKey, nil).data(t, 200)
+	if exists, err := workflowExists(h, onboarding.WorkflowID(id)); err != nil || !exists {
+		t.Fatalf("the kept domain's onboarding run: %v, %v", exists, err)
+	}
+
+	if res := h.doAt(h.serverThrough(beforeStarts(refuseStart), 0).URL, "POST", "/api/v1/domains", h.adminKey, map[string]any{"domain": "refused.example"}, nil); res.Status < 500 {
+		t.Fatalf("a domain whose onboarding was refused: %d %s", res.Status, res.Raw)
+	}
+	h.do("POST", "/api/v1/domains", h.adminKey, map[string]any{"domain": "refused.example"}).data(t, 201)
+}
+
+// workflowExists says whether Temporal has a run of the workflow id.
+func workflowExists(h *harness, workflowID string) (bool, error) {
+	_, err := h.temporal.DescribeWorkflowExecution(context.Background(), workflowID, "")
+	var notFound *serviceerror.NotFound
+	if errors.As(err, &notFound) {
+		return false, nil
+	}
+	return err == nil, err
 }

@@ -48,6 +48,19 @@ func beforeStarts(before func(ctx context.Context) error) grpc.UnaryClientInterc
 	}
 }
 
+// loseStartAnswers is a gRPC client interceptor whose starts reach the
+// server and create their runs, and whose answers are lost: each start
+// returns an error the SDK does not retry.
+func loseStartAnswers(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if _, ok := req.(*workflowservice.StartWorkflowExecutionRequest); !ok {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	if err := invoker(ctx, method, req, reply, cc, opts...); err != nil {
+		return err
+	}
+	return status.Error(codes.FailedPrecondition, "the answer was lost")
+}
+
 // refuseStart answers a start with an error the SDK does not retry.
 func refuseStart(context.Context) error {
 	return status.Error(codes.FailedPrecondition, "the start failed")

@@ -11,10 +11,6 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/workflowservice/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/mailyard/mailyard/api"
 	"github.com/mailyard/mailyard/internal/store"
@@ -324,16 +320,7 @@ func TestTestEventWhoseSeriesCannotStartIsTakenBack(t *testing.T) {
 func TestTestEventWhoseStartAnswerWasLostIsAnswered(t *testing.T) {
 	h := newHarness(t)
 	id, _ := h.createWebhook(h.adminKey, "https://hooks.example.com/in", "delivered")
-	lose := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if _, ok := req.(*workflowservice.StartWorkflowExecutionRequest); !ok {
-			return invoker(ctx, method, req, reply, cc, opts...)
-		}
-		if err := invoker(ctx, method, req, reply, cc, opts...); err != nil {
-			return err
-		}
-		return status.Error(codes.FailedPrecondition, "the answer was lost")
-	}
-	srv := h.serverThrough(lose, 0)
+	srv := h.serverThrough(loseStartAnswers, 0)
 	res := h.doAt(srv.URL, "POST", fmt.Sprintf("/api/v1/webhooks/%d/test", id), h.adminKey, nil, nil)
 	d := res.data(t, 201)["delivery"].(map[string]any)
 	if ds := h.deliveries(id, "")["deliveries"].([]any); len(ds) != 1 || ds[0].(map[string]any)["id"] != d["id"] {
