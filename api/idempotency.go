@@ -163,7 +163,7 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 				"this Idempotency-Key was used for another request (method, path or body differ); use a new key for a new request"))
 			return
 		}
-		if row.ResponseStatus != nil {
+		if row.Answered(time.Now()) {
 			if err := s.replay(ctx, row, binding); err != nil {
 				fail(err)
 			}
@@ -238,7 +238,9 @@ func (s *Server) answerOnce(rec *recordingContext, next func(huma.Context), clai
 	}
 	if err != nil {
 		if claim.savedInTx.Load() {
-			answered = true // the answer stored with the operation stays
+			// The answer stored with the operation stays, and counts once
+			// its lock runs out.
+			answered = true
 		}
 		// The client has its answer; a retry with the key will run the
 		// operation again once the claim is released.

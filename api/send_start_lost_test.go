@@ -262,3 +262,35 @@ func TestBatchStartsShareOneStartsTime(t *testing.T) {
 		t.Fatalf("%d emails answered after a batch that started, want %d", n, len(batch))
 	}
 }
+
+// A retry with the Idempotency-Key that arrives while the first request
+// still waits for its start waits too, though the answer committed with
+// the email: the first request may yet remove the email (its start fails)
+// and answer 503. Before, the retry replayed the stored 202, and its client
+// held the id of an email that was never sent and then answered 404.
+func TestRetryWaitsForAnAnswerItsRequestMayUndo(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	domainID := h.domainInStatus(h.orgID, "undo.example", store.DomainVerified)
+	_, sendKey := h.issueCredential(h.adminKey, domainID, "sender", "send")
+	slowRefusal := h.serverThrough(beforeStarts(func(ctx context.Context) error {
+		time.Sleep(2 * time.Second)
+		return refuseStart(ctx)
+	}), 0)
+	body := map[string]any{"from": "news@undo.example", "to": []string{"a@example.org"}, "subject": "hi", "text": "hello"}
+	header := map[string]string{"Idempotency-Key": "undo-1"}
+
+	first := make(chan response, 1)
+	go func() { first <- h.doAt(slowRefusal.URL, "POST", "/api/v1/emails", sendKey, body, header) }()
+	testenv.Eventually(t, 5*time.Second, "the first request's email stored", func() bool {
+		n, err := h.store.DB.NewSelect().Model((*store.Email)(nil)).Where("organization_id = ?", h.orgID).Count(ctx)
+		return err == nil && n == 1
+	})
+	retry := h.doAt(h.srv.URL, "POST", "/api/v1/emails", sendKey, body, header)
+	(<-first).expectError(t, 503, "unavailable")
+	if retry.Status != 202 || retry.Header.Get("Idempotent-Replayed") == "true" {
+		t.Fatalf("the retry: %d replayed=%q %s, want its own 202", retry.Status, retry.Header.Get("Idempotent-Replayed"), retry.Raw)
+	}
+	id := retry.Body["data"].(map[string]any)["email"].(map[string]any)["id"].(string)
+	h.do("GET", "/api/v1/emails/"+id, sendKey, nil).data(t, 200)
+}

@@ -28,10 +28,20 @@ type IdempotencyKey struct {
 	ResponseStatus *int `bun:"response_status"`
 	// ResponseEnc is the sealed answer (IdempotencyBinding).
 	ResponseEnc []byte `bun:"response_enc"`
-	// LockedUntil ends a claim whose process died before answering.
+	// LockedUntil ends a claim whose process died before answering. An
+	// answer stored with its operation (SaveIdempotentResponseIn) keeps the
+	// lock until the request ends, since the request may still undo the
+	// operation and its answer.
 	LockedUntil *time.Time `bun:"locked_until"`
 	CreatedAt   time.Time  `bun:"created_at,notnull"`
 	ExpiresAt   time.Time  `bun:"expires_at,notnull"`
+}
+
+// Answered says whether the key holds an answer that is final at: one its
+// request saved when it ended, or one stored with its operation whose
+// request has ended or whose process died (the lock ran out).
+func (k *IdempotencyKey) Answered(at time.Time) bool {
+	return k.ResponseStatus != nil && (k.LockedUntil == nil || !k.LockedUntil.After(at))
 }
 
 // IdempotencyBinding names the row a stored answer is sealed to, so it opens
@@ -123,10 +133,14 @@ func (s *Store) SaveIdempotentResponse(ctx context.Context, orgID int64, key str
 
 // SaveIdempotentResponseIn stores the answer of a claimed key within db (the
 // transaction of the operation it answers) and reports whether it did: false
-// when the key holds an answer already or is no longer claimed.
+// when the key holds an answer already or is no longer claimed. The claim
+// stays locked: the request ends it (ReplaceIdempotentResponse), or undoes
+// the operation and forgets the key (ForgetIdempotencyKey), and until then
+// another request with the key waits. Should its process die, the answer
+// counts once the lock runs out.
 func SaveIdempotentResponseIn(ctx context.Context, db bun.IDB, orgID int64, key string, status int, sealed []byte) (bool, error) {
 	res, err := db.NewUpdate().Model((*IdempotencyKey)(nil)).
-		Set("response_status = ?", status).Set("response_enc = ?", sealed).Set("locked_until = NULL").
+		Set("response_status = ?", status).Set("response_enc = ?", sealed).
 		Where("organization_id = ?", orgID).Where("idempotency_key = ?", key).
 		Where("response_status IS NULL").
 		Exec(ctx)
@@ -149,14 +163,14 @@ func (s *Store) ReplaceIdempotentResponse(ctx context.Context, orgID int64, key 
 }
 
 // ExtendIdempotencyClaim keeps a claim alive while its request runs: the lock
-// moves to lockFor from now. A claim that is answered or released is left as
-// it is.
+// moves to lockFor from now. A claim that is answered (when its request
+// ended) or released is left as it is.
 func (s *Store) ExtendIdempotencyClaim(ctx context.Context, orgID int64, key string, lockFor time.Duration) error {
 	lockedUntil := now().Add(lockFor)
 	_, err := s.DB.NewUpdate().Model((*IdempotencyKey)(nil)).
 		Set("locked_until = ?", lockedUntil).
 		Where("organization_id = ?", orgID).Where("idempotency_key = ?", key).
-		Where("response_status IS NULL").
+		Where("locked_until IS NOT NULL").
 		Exec(ctx)
 	return err
 }

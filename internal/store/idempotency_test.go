@@ -148,9 +148,14 @@ func TestIdempotentAnswerCommitsWithTheWebhook(t *testing.T) {
 		if _, err := create("https://a.example/1"); err != nil {
 			t.Fatal(err)
 		}
+		// The answer is stored and the claim still locked: the request may
+		// yet undo the creation, and a retry waits until it ends.
 		row, _ := st.IdempotencyKey(ctx, org.ID, "k")
-		if row.ResponseStatus == nil || *row.ResponseStatus != 201 || string(row.ResponseEnc) != "answer" || row.LockedUntil != nil {
+		if row.ResponseStatus == nil || *row.ResponseStatus != 201 || string(row.ResponseEnc) != "answer" || row.LockedUntil == nil || row.Answered(time.Now()) {
 			t.Fatalf("key after the creation: %+v", row)
+		}
+		if !row.Answered(row.LockedUntil.Add(time.Microsecond)) {
+			t.Fatalf("the answer does not count once the lock runs out: %+v", row)
 		}
 		// A second creation under the answered key rolls back.
 		if _, err := create("https://a.example/2"); err == nil || err.Error() != "answered meanwhile" {
