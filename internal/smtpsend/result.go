@@ -80,6 +80,10 @@ func deferred(format string, args ...any) outcome {
 	return outcome{status: Deferred, message: fmt.Sprintf(format, args...)}
 }
 
+// codeSessionPolicy is the reply of a server that refuses the session
+// itself until it has TLS or authentication (RFC 3207, RFC 4954).
+const codeSessionPolicy = 530
+
 // replyOutcome classifies a server's reply to a command of the mail
 // transaction (MAIL, RCPT, DATA and the end of data): 5xx is final, any
 // other refusal is worth another try.

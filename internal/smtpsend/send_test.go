@@ -248,6 +248,10 @@ func TestRefusalsForTheWholeTransaction(t *testing.T) {
 	}{
 		{name: "5xx to MAIL FROM", mail: smtpError(550, smtp.EnhancedCode{5, 7, 1}, "sender blocked"),
 			status: smtpsend.HardBounce, code: 550, text: "5.7.1 sender blocked", refusedAtRCPT: smtpsend.HardBounce},
+		// 530: the server wants STARTTLS (or AUTH) first, as after a TLS
+		// handshake that failed; that says nothing of the recipients.
+		{name: "530 to MAIL FROM", mail: smtpError(530, smtp.EnhancedCode{5, 7, 0}, "Must issue a STARTTLS command first"),
+			status: smtpsend.Deferred, code: 530, text: "5.7.0 Must issue a STARTTLS command first", refusedAtRCPT: smtpsend.Deferred},
 		{name: "4xx to MAIL FROM", mail: smtpError(421, smtp.EnhancedCode{4, 3, 2}, "shutting down"),
 			status: smtpsend.Deferred, code: 421, text: "shutting down", refusedAtRCPT: smtpsend.Deferred},
 		{name: "5xx to DATA", data: smtpError(554, smtp.EnhancedCode{5, 6, 0}, "content rejected"),

@@ -64,7 +64,16 @@ func (s *session) transact(ctx context.Context, from string, rcpts []string, msg
 		if state == sessionLost {
 			state = sessionLostBeforeMail
 		}
-		return same(len(rcpts), failureOutcome(ctx, s.where, "MAIL FROM", err)), state
+		o := failureOutcome(ctx, s.where, "MAIL FROM", err)
+		if o.code == codeSessionPolicy {
+			// "530 Must issue a STARTTLS command first" (RFC 3207), or
+			// authentication required (RFC 4954): the server refuses this
+			// session, typically one in clear after a TLS handshake that
+			// failed, and says nothing of the recipients. Bounced, they
+			// would be suppressed for good.
+			o.status = Deferred
+		}
+		return same(len(rcpts), o), state
 	}
 
 	var accepted []int
