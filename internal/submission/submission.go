@@ -190,18 +190,9 @@ func (s *session) Mail(from string, opts *smtp.MailOptions) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	key, err := s.b.Store.ActiveAPIKeyByDigest(ctx, s.digest)
-	if errors.Is(err, store.ErrNotFound) {
-		s.key = nil
-		return errAuthFailed
-	}
+	key, d, err := s.activeKey(ctx)
 	if err != nil {
-		return smtpserver.ErrUnavailable
-	}
-	// The key's domain comes with it (nil once deleted).
-	d := key.Domain
-	if d == nil || d.Status != store.DomainVerified {
-		return errNotVerified
+		return err
 	}
 	if from != "" && !atDomain(from, d.Domain) {
 		return errNotYourFrom
@@ -215,6 +206,25 @@ func (s *session) Mail(from string, opts *smtp.MailOptions) error {
 	s.b.Usage.Seen(key.ID, key.LastUsedAt)
 	s.key, s.domain, s.utf8 = key, d, opts != nil && opts.UTF8
 	return nil
+}
+
+// activeKey reads the session's key again, with its domain: a key revoked
+// (or whose domain was deleted or is no longer verified) since AUTH sends
+// nothing more, on open connections too.
+func (s *session) activeKey(ctx context.Context) (*store.APIKey, *store.Domain, error) {
+	key, err := s.b.Store.ActiveAPIKeyByDigest(ctx, s.digest)
+	if errors.Is(err, store.ErrNotFound) {
+		s.key = nil
+		return nil, nil, errAuthFailed
+	}
+	if err != nil {
+		return nil, nil, smtpserver.ErrUnavailable
+	}
+	// The key's domain comes with it (nil once deleted).
+	if d := key.Domain; d != nil && d.Status == store.DomainVerified {
+		return key, d, nil
+	}
+	return nil, nil, errNotVerified
 }
 
 // Rcpt takes up to MaxRecipients addresses (go-smtp answers 452 4.5.3
@@ -279,6 +289,11 @@ func (s *session) Data(r io.Reader) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
+	// Checked again: the client holds the transaction open as long as it
+	// likes between MAIL FROM and the end of the data.
+	if _, _, err := s.activeKey(ctx); err != nil {
+		return err
+	}
 	if err := s.b.Store.CreateEmail(ctx, e, s.rcpts); err != nil {
 		s.b.Logger.Warn("submission: cannot store an email; answering 451", "error", err)
 		return smtpserver.ErrUnavailable

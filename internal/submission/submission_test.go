@@ -328,6 +328,36 @@ func TestShownHeaderValuesAreStorable(t *testing.T) {
 	}
 }
 
+// A key revoked while a transaction is open (after MAIL FROM, before the
+// end of the data) stores and sends nothing: the client decides how long
+// the transaction stays open. Before, the message was queued.
+func TestKeyRevokedDuringTheTransaction(t *testing.T) {
+	f := newFixture(t, config.RateLimit{})
+	c := f.login(t, sasl.NewPlainClient("", f.user, f.secret))
+	if err := c.Mail("billing@shop.example", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Rcpt("ada@rcpt.example", nil); err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.DB.NewUpdate().Model((*store.APIKey)(nil)).Set("status = ?", store.KeyRevoked).
+		Where("username = ?", f.user).Exec(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = w.Write([]byte("From: billing@shop.example\r\nTo: ada@rcpt.example\r\n\r\nHi.\r\n"))
+	var reply *gosmtp.SMTPError
+	if _, err := w.CloseWithResponse(); !errors.As(err, &reply) || reply.Code != 535 {
+		t.Fatalf("the data after the key was revoked: %v, want 535", err)
+	}
+	if n, err := f.st.DB.NewSelect().Model((*store.Email)(nil)).Count(context.Background()); err != nil || n != 0 {
+		t.Fatalf("%d emails stored (%v), want none", n, err)
+	}
+}
+
 // A MAIL FROM inside an open transaction is refused with 503, and the
 // transaction stays as it was: before, a second MAIL refused because the
 // key had been revoked left the first one's domain and recipients in place,
