@@ -1,8 +1,8 @@
 // Package ratelimit is the token bucket per key that Mailyard's limits
-// share: per API key, which every way of using a key goes through (each API
-// request, and each message submitted over SMTP; docs/api-conventions.md,
-// "Rate limits"), and per client address, for the messages of the inbound
-// SMTP server (docs/inbound.md).
+// share: per API key, which the ways of using a key go through (each API
+// request, and each message submitted over SMTP, each server with buckets
+// of its own; docs/api-conventions.md, "Rate limits"), and per client
+// address, for the messages of the inbound SMTP server (docs/inbound.md).
 package ratelimit
 
 import (
