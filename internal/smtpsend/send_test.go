@@ -345,10 +345,13 @@ func TestDroppedConnectionIsDeferred(t *testing.T) {
 }
 
 func TestAttemptEndsWithTheContext(t *testing.T) {
-	addr, _ := silentServer(t, false)
-	_, port, _ := net.SplitHostPort(addr)
-	p, _ := strconv.Atoi(port)
-	s := mxSender(t, exampleZone(t), p, func(c *smtpsend.Config) { c.CommandTimeout = time.Minute })
+	// A server that greets, then never answers MAIL FROM: the transaction's
+	// replies wait the whole command time-out, unlike the greeting's.
+	srv := startServer(t, serverOptions{})
+	stalled := make(chan struct{})
+	t.Cleanup(func() { close(stalled) })
+	srv.onMail = func(string) error { <-stalled; return nil }
+	s := mxSender(t, exampleZone(t), srv.port, func(c *smtpsend.Config) { c.CommandTimeout = time.Minute })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
@@ -515,6 +518,48 @@ func TestMXPreferenceOrderAndFallback(t *testing.T) {
 	)
 	s = mxSender(t, dead, backup.port)
 	wantResult(t, send(t, s, "a@example.test")[0], smtpsend.Deferred, 0, "b.example.test [127.0.0.4]:"+strconv.Itoa(backup.port)+": connect:")
+}
+
+// A preferred exchanger whose addresses accept connections and never greet
+// leaves time for the next one: each reply before the transaction waits at
+// most half the attempt's time left. Before, each waited the whole command
+// time-out, and two such addresses used up the attempt, every attempt, so
+// the backup exchanger never got the mail.
+func TestSilentPreferredExchangerLeavesTimeForTheNext(t *testing.T) {
+	backup := startServer(t, serverOptions{})
+	for _, host := range []string{"127.0.0.2", "127.0.0.3"} {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(backup.port)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				t.Cleanup(func() { c.Close() }) // accepted, never answered
+			}
+		}()
+	}
+	zone := dnsZone(t,
+		"example.test. 60 IN MX 10 silent.example.test.",
+		"example.test. 60 IN MX 20 backup.example.test.",
+		"silent.example.test. 60 IN A 127.0.0.2",
+		"silent.example.test. 60 IN A 127.0.0.3",
+		"backup.example.test. 60 IN A 127.0.0.1",
+	)
+	// The command time-out is longer than the attempt, as in production
+	// (5 minutes for one reply, 10 for the attempt).
+	s := mxSender(t, zone, backup.port, func(c *smtpsend.Config) { c.CommandTimeout = time.Minute })
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	r := s.Send(ctx, sender, []string{"a@example.test"}, message)[0]
+	wantResult(t, r, smtpsend.Delivered, 250, "")
+	if _, _, m, _ := backup.stats(); len(m) != 1 {
+		t.Errorf("the backup exchanger received %d messages, want 1", len(m))
+	}
 }
 
 func TestPrivateAddressRefusedAtDialTime(t *testing.T) {

@@ -93,6 +93,18 @@ func (s *Sender) open(ctx context.Context, srv server, useSTARTTLS bool) (*sessi
 	return sess, nil
 }
 
+// setUpWait is how long each reply before the mail transaction (the
+// greeting, EHLO's and STARTTLS's) may take: the command time-out, but at
+// most half the attempt's time left, so that an exchanger that accepts
+// connections and never answers leaves time for the next one.
+func (s *Sender) setUpWait(ctx context.Context) time.Duration {
+	wait := s.cfg.CommandTimeout
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(deadline)/2)
+	}
+	return wait
+}
+
 func (s *Sender) setUp(ctx context.Context, raw *repliesCapped, srv server, useSTARTTLS bool) (*session, error) {
 	if s.cfg.Mode == ModeRelay && s.cfg.RelayImplicitTLS {
 		tlsConn := tls.Client(raw.Conn, s.tlsConfig(srv.host))
@@ -108,8 +120,9 @@ func (s *Sender) setUp(ctx context.Context, raw *repliesCapped, srv server, useS
 	// design: a name sent before TLS cannot be trusted), and servers that
 	// check that name refuse the mail. go-smtp takes over after it.
 	text := textproto.NewConn(raw)
-	// Each reply gets the command time-out of its own (docs/sending.md).
-	replyWithin := func() { _ = raw.SetDeadline(time.Now().Add(s.cfg.CommandTimeout)) }
+	// Each reply gets a time-out of its own (docs/sending.md).
+	wait := s.setUpWait(ctx)
+	replyWithin := func() { _ = raw.SetDeadline(time.Now().Add(wait)) }
 	replyWithin()
 	if _, _, err := text.ReadResponse(220); err != nil {
 		return nil, &stepError{step: "greeting", err: err}
