@@ -426,7 +426,9 @@ func (a *Emails) attempt(ctx context.Context, in email.AttemptInput, e *store.Em
 		recordCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), recordAfterEndTimeout)
 		defer cancel()
 	}
-	var unreadErrs []error
+	// Every answer is recorded even when one cannot be: a 250 left
+	// unrecorded is sent again by the attempt Temporal makes next.
+	var errs []error
 	for i, res := range results {
 		r := pending[i]
 		if ended != nil && res.Code == 0 {
@@ -436,7 +438,7 @@ func (a *Emails) attempt(ctx context.Context, in email.AttemptInput, e *store.Em
 			// Not sent, because its message could not be read: nothing
 			// is recorded, and the step fails once the others are, so
 			// Temporal runs it again for this recipient.
-			unreadErrs = append(unreadErrs, unread[i])
+			errs = append(errs, unread[i])
 			continue
 		}
 		code := res.Code
@@ -462,15 +464,16 @@ func (a *Emails) attempt(ctx context.Context, in email.AttemptInput, e *store.Em
 			out.Pending++
 		}
 		if _, err := a.Store.ChangeRecipient(recordCtx, e.ID, change, effects); err != nil {
-			return out, err
+			errs = append(errs, err)
+			continue
 		}
 		metrics.CountEmailRecipient(recipientOutcome(change.Status))
 	}
 	if ended != nil {
 		return out, ended
 	}
-	if len(unreadErrs) > 0 {
-		return out, errors.Join(unreadErrs...)
+	if len(errs) > 0 {
+		return out, errors.Join(errs...)
 	}
 	return out, a.settle(ctx, e.ID)
 }

@@ -278,3 +278,33 @@ func TestAttemptSkipsAnAddressSuppressedMeanwhile(t *testing.T) {
 		t.Fatalf("the relay took %q, want ada@'s message only", f.relay.taken)
 	}
 }
+
+// An answer that cannot be recorded does not keep the others from being
+// recorded: the step fails, and Temporal's next try sends only to the
+// recipient whose answer is missing. Before, the recording stopped at the
+// first error, and every later recipient's 250 was sent again.
+func TestAttemptRecordsEveryAnswerItCan(t *testing.T) {
+	ctx := context.Background()
+	f := newSendingFixture(t)
+	id := f.newEmail(t, mailmsg.Request{From: "news@shop.example", To: []string{"ada@rcpt.example", "bob@rcpt.example"},
+		Subject: "Sale", Text: "Our sale"}, false)
+	if res, err := f.a.FirstAttempt(ctx, email.FirstAttemptInput{EmailID: id}); err != nil || res.Pending != 2 {
+		t.Fatalf("prepare: %+v, %v", res, err)
+	}
+	for _, stmt := range []string{
+		`CREATE FUNCTION refuse_ada() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'cannot record ada'; END $$`,
+		`CREATE TRIGGER refuse_ada BEFORE UPDATE ON email_recipients FOR EACH ROW
+			WHEN (NEW.address = 'ada@rcpt.example' AND NEW.status = 'delivered') EXECUTE FUNCTION refuse_ada()`,
+	} {
+		if _, err := f.st.DB.ExecContext(ctx, stmt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.a.Attempt(ctx, email.AttemptInput{EmailID: id, Attempt: 2}); err == nil || !strings.Contains(err.Error(), "cannot record ada") {
+		t.Fatalf("the attempt: %v, want ada's recording error", err)
+	}
+	rs, err := f.st.EmailRecipients(ctx, id)
+	if err != nil || rs[0].Status != store.RecipientQueued || rs[1].Status != store.RecipientDelivered {
+		t.Fatalf("recipients: %+v, %v; want ada queued and bob delivered", rs, err)
+	}
+}
