@@ -198,6 +198,7 @@ func (s *Server) addDomain(ctx context.Context, in *AddDomainInput) (*Response[A
 		// back, they would stay in the zone with nothing to remove them.
 		// That domain is answered, as it would have been.
 		undo := context.WithoutCancel(ctx)
+		// The domain's id is new: any run under it is this start's.
 		if exists, _, rerr := s.runOf(undo, onboarding.WorkflowID(d.ID)); rerr == nil && exists {
 			return answer(), nil
 		}

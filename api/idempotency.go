@@ -34,7 +34,7 @@ const (
 	// idempotencyRetention is how long a key and its answer are kept.
 	idempotencyRetention = 24 * time.Hour
 
-	// idempotencyLock is how long a claim lasts without an answer. The
+	// idempotencyLock is how long a claim lasts without its request. The
 	// request that holds it renews it every idempotencyRenewEvery while it
 	// runs, so a live claim is never taken over however long the operation
 	// takes; a request whose process dies (SIGKILL, power loss) leaves its
@@ -242,8 +242,9 @@ func (s *Server) answerOnce(rec *recordingContext, next func(huma.Context), clai
 			// its lock runs out.
 			answered = true
 		}
-		// The client has its answer; a retry with the key will run the
-		// operation again once the claim is released.
+		// The client has its answer; a retry with the key runs the
+		// operation again once the claim is released, or replays the
+		// answer stored with the operation.
 		s.logger.ErrorContext(ctx, "storing an idempotent answer", "request_id", RequestID(ctx), "error", err)
 		return
 	}
@@ -258,7 +259,7 @@ func (s *Server) undoAnswerInTx(ctx context.Context) error {
 	if !ok || !claim.savedInTx.Load() {
 		return nil
 	}
-	if err := s.store.ForgetIdempotencyKey(ctx, claim.orgID, claim.key); err != nil {
+	if err := s.store.UnanswerIdempotencyKey(ctx, claim.orgID, claim.key); err != nil {
 		return err
 	}
 	claim.savedInTx.Store(false)

@@ -134,8 +134,6 @@ func TestSecretRotationWithOverlap(t *testing.T) {
 	h.do("POST", rotate, otherKey, nil).expectError(t, 404, "not_found")
 }
 
-// waitForUnchecked waits for one request of a delivery and returns it,
-// leaving signature checks to the caller.
 // A secret that cannot be decrypted (MAILYARD_ENCRYPTION_KEY changed) cannot
 // be kept signing: a rotation that would keep it is refused with a 409
 // saying how to rotate, and one with expire_previous_in_seconds 0 replaces
@@ -163,6 +161,8 @@ func TestRotatingAnUnreadableSecret(t *testing.T) {
 	}
 }
 
+// waitForUnchecked waits for one request of a delivery and returns it,
+// leaving signature checks to the caller.
 func (r *receiver) waitForUnchecked(t *testing.T, deliveryID string) received {
 	t.Helper()
 	testenv.Eventually(t, 60*time.Second, "delivery "+deliveryID, func() bool { return len(r.requests(deliveryID)) > 0 })

@@ -58,7 +58,9 @@ func NewDeliveryID() (string, error) {
 // the first, or the one a retry or recovery reopened it to when that start
 // failed. It is safe to repeat, which is how an event whose fan-out met an
 // unavailable Temporal gets its missing workflows: a running series is
-// reused, and a finished one is not started again.
+// reused, and a finished first series is not started again (a reopened
+// delivery's run, started again once it has become final meanwhile, finds
+// it final and sends nothing).
 func (r *Runs) StartFirst(ctx context.Context, ids []string) error {
 	owners, err := r.owners(ctx, ids)
 	if err != nil {

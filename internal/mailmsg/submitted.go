@@ -40,15 +40,12 @@ var (
 	// ErrControl is a Subject or From display name that decodes (RFC 2047)
 	// to a control character: see hasHeaderControl.
 	ErrControl = errors.New("the Subject or the From display name has a control character")
-	// ErrLongLine is a line of more than MaxLineOctets octets. RFC 5322
+	// ErrLongLine is a line of more than maxLine octets. RFC 5322
 	// §2.1.1 forbids it; relays on the way wrap or refuse such lines, and a
 	// wrapped line breaks the DKIM signature Mailyard adds.
 	ErrLongLine = errors.New("a line of the message is longer than 998 characters")
 )
 
-// MaxLineOctets is the longest line RFC 5322 §2.1.1 allows, without its
-// CRLF.
-const MaxLineOctets = 998
 
 // RepeatedFieldError is a header field that may appear once (RFC 5322
 // §3.6), given twice.
@@ -73,7 +70,7 @@ var onceFields = []string{"From", "Sender", "Reply-To", "To", "Cc", "Subject", "
 // subdomain of it, and its display name and the Subject must not decode to
 // a control character (ErrControl). utf8 says whether the client declared
 // SMTPUTF8; without it, header fields must be ASCII. No line may be longer
-// than MaxLineOctets (ErrLongLine).
+// than maxLine (ErrLongLine).
 func PrepareSubmitted(raw []byte, emailID, domain string, now time.Time, utf8 bool) ([]byte, Submitted, error) {
 	var info Submitted
 	if hasLongLine(raw) {
@@ -221,18 +218,18 @@ func displayAddress(a mail.Address) string {
 }
 
 // hasLongLine says whether raw (CRLF lines, as an SMTP server hands it
-// over) has a line longer than MaxLineOctets, its CRLF not counted.
+// over) has a line longer than maxLine, its CRLF not counted.
 func hasLongLine(raw []byte) bool {
 	for len(raw) > 0 {
 		i := bytes.IndexByte(raw, '\n')
 		if i < 0 {
-			return len(raw) > MaxLineOctets
+			return len(raw) > maxLine
 		}
 		line := raw[:i]
 		if len(line) > 0 && line[len(line)-1] == '\r' {
 			line = line[:len(line)-1]
 		}
-		if len(line) > MaxLineOctets {
+		if len(line) > maxLine {
 			return true
 		}
 		raw = raw[i+1:]

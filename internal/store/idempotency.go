@@ -24,7 +24,8 @@ type IdempotencyKey struct {
 	// Fingerprint is what the first request was (SHA-256 of method, path and
 	// body); another request with the key is refused.
 	Fingerprint []byte `bun:"fingerprint,notnull"`
-	// ResponseStatus is nil while the first request is being answered.
+	// ResponseStatus is nil while the first request is being answered,
+	// unless its operation stored its answer with it (see LockedUntil).
 	ResponseStatus *int `bun:"response_status"`
 	// ResponseEnc is the sealed answer (IdempotencyBinding).
 	ResponseEnc []byte `bun:"response_enc"`
@@ -135,7 +136,7 @@ func (s *Store) SaveIdempotentResponse(ctx context.Context, orgID int64, key str
 // transaction of the operation it answers) and reports whether it did: false
 // when the key holds an answer already or is no longer claimed. The claim
 // stays locked: the request ends it (ReplaceIdempotentResponse), or undoes
-// the operation and forgets the key (ForgetIdempotencyKey), and until then
+// the operation and takes the answer back (UnanswerIdempotencyKey), and until then
 // another request with the key waits. Should its process die, the answer
 // counts once the lock runs out.
 func SaveIdempotentResponseIn(ctx context.Context, db bun.IDB, orgID int64, key string, status int, sealed []byte) (bool, error) {
@@ -185,11 +186,17 @@ func (s *Store) ReleaseIdempotencyKey(ctx context.Context, orgID int64, key stri
 	return err
 }
 
-// ForgetIdempotencyKey removes a key with whatever answer it holds: the
-// operation that stored the answer was undone, and a retry must run it again.
-func (s *Store) ForgetIdempotencyKey(ctx context.Context, orgID int64, key string) error {
-	_, err := s.DB.NewDelete().Model((*IdempotencyKey)(nil)).
+// UnanswerIdempotencyKey takes back the answer an operation stored with
+// itself (SaveIdempotentResponseIn), which was undone after all: the key is
+// a claim again, still the request's, which releases it when it ends. A
+// retry waits until then and runs the operation itself. Deleted at once,
+// the key could be claimed by a retry that the request's own release then
+// took away.
+func (s *Store) UnanswerIdempotencyKey(ctx context.Context, orgID int64, key string) error {
+	_, err := s.DB.NewUpdate().Model((*IdempotencyKey)(nil)).
+		Set("response_status = NULL").Set("response_enc = NULL").
 		Where("organization_id = ?", orgID).Where("idempotency_key = ?", key).
+		Where("locked_until IS NOT NULL").
 		Exec(ctx)
 	return err
 }
