@@ -46,7 +46,6 @@ var (
 	ErrLongLine = errors.New("a line of the message is longer than 998 characters")
 )
 
-
 // RepeatedFieldError is a header field that may appear once (RFC 5322
 // §3.6), given twice.
 type RepeatedFieldError struct{ Field string }
