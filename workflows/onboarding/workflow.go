@@ -37,8 +37,12 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 		}
 		return nil
 	}
+	// verifying counts the verify updates under way.
+	verifying := 0
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, VerifyUpdate,
 		func(ctx workflow.Context) (VerifyResult, error) {
+			verifying++
+			defer func() { verifying-- }()
 			// A check before the keys are published could verify the
 			// domain, whose mail would then be signed with a key that
 			// receivers cannot find (or with none yet): the check waits
@@ -90,13 +94,22 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 			if err := workflow.ExecuteActivity(checkCtx, FailDomainActivity, in.DomainID, in.WindowStart).Get(checkCtx, &status); err != nil {
 				return Result{}, err
 			}
-			// A verify update may have settled the domain meanwhile (its
-			// window reopened after this one failed, and the check passed):
-			// that status stands, and a verified domain still gets its
-			// effects below. Runs from before keep-settled-status took the
-			// activity's answer.
-			if p.Status == StatusPending || workflow.GetVersion(ctx, keepSettledStatusChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+			// A verify update may settle the domain meanwhile (Verify domain
+			// reopened the window after this one failed, and its check
+			// passes): the checks under way are waited for, their status
+			// stands, and a verified domain still gets its effects below.
+			// Runs from before keep-settled-status took the activity's
+			// answer.
+			if (p.Status == StatusPending && verifying == 0) ||
+				workflow.GetVersion(ctx, keepSettledStatusChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 				p.Status = status
+			} else {
+				if err := workflow.Await(ctx, func() bool { return verifying == 0 }); err != nil {
+					return Result{}, err
+				}
+				if p.Status == StatusPending {
+					p.Status = status
+				}
 			}
 			// Pending: the window was reopened while this run closed it.
 			// The new window's run is started by the API's sweep of
@@ -133,9 +146,10 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	return Result{Status: p.Status}, nil
 }
 
-// keepSettledStatusChange is the workflow.GetVersion change id of runs in
-// which a status a verify update settled while the window closed is kept; it
-// is recorded only in runs where that happens.
+// keepSettledStatusChange is the workflow.GetVersion change id of runs that,
+// closing the window while verify updates are under way (or have settled the
+// domain), wait for them and keep the status they settle; it is recorded
+// only in runs where that happens.
 const keepSettledStatusChange = "keep-settled-status"
 
 // verifyAfterKeysChange is the workflow.GetVersion change id of runs whose

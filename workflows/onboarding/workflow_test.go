@@ -184,6 +184,23 @@ func (s *workflowSuite) TestVerifyDuringTheClosingKeepsItsStatus() {
 	s.Equal(StatusVerified, updated.Status, "the verify's answer")
 }
 
+// The same when the closing answers first, while the verify's check still
+// runs (DNS look-ups take longer than the closing's one update): the run
+// waits for the check. Here the closing found the window reopened (its
+// retry came after Verify domain), and answers pending.
+func (s *workflowSuite) TestClosingWaitsForTheVerifyUnderWay() {
+	start := s.env.Now().Add(-72 * time.Hour)
+	s.env.OnActivity(CheckRecordsActivity, mock.Anything, int64(7)).Return(CheckResult{Status: StatusPending, Total: 4}, nil).Once()
+	s.env.OnActivity(CheckRecordsActivity, mock.Anything, int64(7)).After(2*time.Minute).Return(CheckResult{Status: StatusVerified, Verified: 4, Total: 4}, nil).Once()
+	s.env.OnActivity(FailDomainActivity, mock.Anything, int64(7), mock.MatchedBy(start.Equal)).After(time.Minute).Return(StatusPending, nil).Once()
+	s.env.OnActivity(VerifiedActivity, mock.Anything, int64(7)).Return(nil).Once()
+	updated := s.verifyAfter(30 * time.Second)
+	s.env.ExecuteWorkflow(WorkflowName, Input{DomainID: 7, WindowStart: start, KeysPublished: true})
+
+	s.Equal(StatusVerified, s.result().Status)
+	s.Equal(StatusVerified, updated.Status, "the verify's answer")
+}
+
 func (s *workflowSuite) TestCustomScheduleAndPublisherRetry() {
 	s.env.OnActivity(GenerateKeysActivity, mock.Anything, int64(7)).Return(nil).Once()
 	s.env.OnActivity(PublishKeysActivity, mock.Anything, int64(7)).Return(errors.New("publisher down")).Once()
