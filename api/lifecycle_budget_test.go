@@ -3,9 +3,11 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -63,4 +65,35 @@ func TestSlowLifecycleWorkflowsAreAnsweredFromTheStore(t *testing.T) {
 	if dom["status"] != store.DomainPending {
 		t.Errorf("domain %v, want it pending as stored", dom)
 	}
+}
+
+// A verification the workflow never accepted (Temporal unreachable: here a
+// server that takes connections and never answers) is 503, not the stored
+// state, as if it went on: nothing may be checking the domain. Before, the
+// budget running out answered 200.
+func TestVerifyWithoutTemporalIsUnavailable(t *testing.T) {
+	h := newHarness(t)
+	api.ShortenLifecycleBudgets(t, 2*time.Second)
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { silent.Close() })
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	dead, err := client.NewLazyClient(client.Options{HostPort: silent.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dead.Close)
+	down := httpServer(t, api.New(api.Deps{Config: h.cfg, Store: h.store, Temporal: dead, Logger: discardLogger()}).Handler())
+	pending := h.domainInStatus(h.orgID, "pending.example", store.DomainPending)
+	h.doAt(down.URL, "POST", fmt.Sprintf("/api/v1/domains/%d/verify", pending), h.adminKey, nil, nil).expectError(t, 503, "unavailable")
 }

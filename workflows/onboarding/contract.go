@@ -161,15 +161,15 @@ func Start(ctx context.Context, c client.Client, orgID int64, in Input) error {
 }
 
 // VerifyNow asks the domain's onboarding, started if no run is open, to
-// check the records now (the verify update), and returns once the check
-// has completed.
+// check the records now (the verify update), and returns once the run has
+// accepted the request; the handle's Get waits for the check.
 func VerifyNow(ctx context.Context, c client.Client, orgID int64, in Input) (client.WorkflowUpdateHandle, error) {
 	return c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: c.NewWithStartWorkflowOperation(StartOptions(orgID, in.DomainID), WorkflowName, in),
 		UpdateOptions: client.UpdateWorkflowOptions{
 			WorkflowID:   WorkflowID(in.DomainID),
 			UpdateName:   VerifyUpdate,
-			WaitForStage: client.WorkflowUpdateStageCompleted,
+			WaitForStage: client.WorkflowUpdateStageAccepted,
 		},
 	})
 }
