@@ -44,7 +44,7 @@ func (s *Sender) viaMX(ctx context.Context, domain string) (*session, outcome) {
 
 	var last outcome
 	tried := 0
-	for _, h := range hosts {
+	for hi, h := range hosts {
 		addrs, err := s.cfg.Resolver.Addrs(ctx, h.Host)
 		if err != nil {
 			last = deferred("address look-up for %s failed: %v", h.Host, err)
@@ -59,7 +59,7 @@ func (s *Sender) viaMX(ctx context.Context, domain string) (*session, outcome) {
 			last = deferred("mail exchanger %s of %s has no address records", h.Host, domain)
 			continue
 		}
-		for _, addr := range addrs {
+		for ai, addr := range addrs {
 			if tried == mxAddressLimit {
 				return nil, last
 			}
@@ -68,6 +68,9 @@ func (s *Sender) viaMX(ctx context.Context, domain string) (*session, outcome) {
 				host:  h.Host,
 				addr:  netip.AddrPortFrom(addr, uint16(s.cfg.Port)).String(),
 				where: h.Host + " [" + addr.String() + "]:" + strconv.Itoa(s.cfg.Port),
+				// A later exchanger may have no address; then the wait
+				// was shortened for nothing, and the next attempt retries.
+				more: tried < mxAddressLimit && (ai < len(addrs)-1 || hi < len(hosts)-1),
 			}
 			sess, err := s.open(ctx, srv, true)
 			var se *stepError

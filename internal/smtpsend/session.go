@@ -22,6 +22,8 @@ type server struct {
 	host  string // its name: TLS server name, and for messages
 	addr  string // what to dial: ip:port in mx mode, the relay's host:port
 	where string // how messages name it
+	// more says another address is tried if this one fails (mx mode).
+	more bool
 }
 
 // session is an SMTP connection ready for a mail transaction: greeted,
@@ -95,11 +97,12 @@ func (s *Sender) open(ctx context.Context, srv server, useSTARTTLS bool) (*sessi
 
 // setUpWait is how long each reply before the mail transaction (the
 // greeting, EHLO's and STARTTLS's) may take: the command time-out, but at
-// most half the attempt's time left, so that an exchanger that accepts
-// connections and never answers leaves time for the next one.
-func (s *Sender) setUpWait(ctx context.Context) time.Duration {
+// most half the attempt's time left when another address follows, so that
+// an exchanger that accepts connections and never answers leaves time for
+// the next one.
+func (s *Sender) setUpWait(ctx context.Context, srv server) time.Duration {
 	wait := s.cfg.CommandTimeout
-	if deadline, ok := ctx.Deadline(); ok {
+	if deadline, ok := ctx.Deadline(); ok && srv.more {
 		wait = min(wait, time.Until(deadline)/2)
 	}
 	return wait
@@ -121,7 +124,7 @@ func (s *Sender) setUp(ctx context.Context, raw *repliesCapped, srv server, useS
 	// check that name refuse the mail. go-smtp takes over after it.
 	text := textproto.NewConn(raw)
 	// Each reply gets a time-out of its own (docs/sending.md).
-	wait := s.setUpWait(ctx)
+	wait := s.setUpWait(ctx, srv)
 	replyWithin := func() { _ = raw.SetDeadline(time.Now().Add(wait)) }
 	replyWithin()
 	if _, _, err := text.ReadResponse(220); err != nil {
