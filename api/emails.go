@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -37,8 +38,13 @@ const emailBodyReadTimeout = 30 * time.Second
 // Addresses is a recipient field: one address as a string, or an array.
 type Addresses []string
 
-// UnmarshalJSON accepts a string or an array of strings.
+// UnmarshalJSON accepts a string or an array of strings; null is no
+// address, as the field left out.
 func (a *Addresses) UnmarshalJSON(b []byte) error {
+	if string(bytes.TrimSpace(b)) == "null" {
+		*a = nil
+		return nil
+	}
 	var one string
 	if err := json.Unmarshal(b, &one); err == nil {
 		*a = Addresses{one}

@@ -30,6 +30,10 @@ func TestSendToBccOnly(t *testing.T) {
 		t.Fatalf("recipients %v", email["recipients"])
 	}
 
+	// null is a field left out: before, it was one empty address (422).
+	body["to"], body["cc"], body["reply_to"] = nil, nil, nil
+	h.do("POST", "/api/v1/emails", sendKey, body).data(t, 202)
+
 	delete(body, "bcc")
 	res := h.do("POST", "/api/v1/emails", sendKey, body)
 	res.expectError(t, 422, "validation_failed")

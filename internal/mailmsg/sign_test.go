@@ -100,6 +100,14 @@ var tamperings = []struct {
 	{"a Cc added", func(s []byte) []byte {
 		return bytes.Replace(s, []byte("\r\nSubject: "), []byte("\r\nCc: spy@evil.example\r\nSubject: "), 1)
 	}},
+	// Fields the message has, added again above the signed ones, where many
+	// readers would show them.
+	{"a second Subject added", func(s []byte) []byte {
+		return bytes.Replace(s, []byte("\r\nSubject: "), []byte("\r\nSubject: Password reset required\r\nSubject: "), 1)
+	}},
+	{"a second To added", func(s []byte) []byte {
+		return bytes.Replace(s, []byte("\r\nTo: "), []byte("\r\nTo: victim@x.example\r\nTo: "), 1)
+	}},
 	{"the subject changed", func(s []byte) []byte { return bytes.Replace(s, []byte("Subject: "), []byte("Subject: Re: "), 1) }},
 	{"the List-Unsubscribe target changed", func(s []byte) []byte {
 		return bytes.Replace(s, []byte("https://example.com/u/1"), []byte("https://evil.example/u/1"), 1)
@@ -115,8 +123,8 @@ func TestSignVerifiesWithGoMsgauth(t *testing.T) {
 	if v.Domain != testDomain {
 		t.Errorf("d= %q, want %q", v.Domain, testDomain)
 	}
-	wantKeys := []string{"From", "From", "To", "Cc", "Subject", "Date", "Message-ID", "Reply-To",
-		"MIME-Version", "Content-Type", "List-Unsubscribe", "List-Unsubscribe-Post"}
+	wantKeys := []string{"From", "From", "To", "To", "Cc", "Subject", "Subject", "Date", "Date", "Message-ID", "Message-ID", "Reply-To",
+		"MIME-Version", "MIME-Version", "Content-Type", "Content-Type", "List-Unsubscribe", "List-Unsubscribe", "List-Unsubscribe-Post", "List-Unsubscribe-Post"}
 	if !reflect.DeepEqual(v.HeaderKeys, wantKeys) {
 		t.Errorf("h= %q, want %q", v.HeaderKeys, wantKeys)
 	}

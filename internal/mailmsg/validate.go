@@ -273,7 +273,7 @@ func (v *validator) headers(h map[string]string) []Header {
 // name as given, or an allowed standard name in its canonical spelling.
 func headerName(name string) (string, error) {
 	if name == "" || !isFieldName(name) {
-		return "", fmt.Errorf("a header name is printable ASCII without spaces or colons")
+		return "", fmt.Errorf("a header name is letters, digits and !#$%%&'*+-.^_`|~ (no spaces, colons or brackets)")
 	}
 	canonical := textproto.CanonicalMIMEHeaderKey(name)
 	if slices.Contains(allowedStandardHeaders, canonical) {
@@ -317,8 +317,8 @@ func (v *validator) attachment(location string, a Attachment) (DecodedAttachment
 	case hasControl(a.Filename):
 		v.add(location+".filename", "the filename contains a line break or another control character")
 		ok = false
-	case len(a.Filename) > maxFilename:
-		v.add(location+".filename", fmt.Sprintf("the filename is %d bytes long; the maximum is %d", len(a.Filename), maxFilename))
+	case utf8.RuneCountInString(a.Filename) > maxFilename:
+		v.add(location+".filename", fmt.Sprintf("the filename is %d characters long; the maximum is %d", utf8.RuneCountInString(a.Filename), maxFilename))
 		ok = false
 	}
 
@@ -357,6 +357,10 @@ func attachmentContentType(s string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf(`the content type is not a media type such as "application/pdf" (%v)`, err)
 	}
+	if typ, sub, _ := strings.Cut(mediaType, "/"); typ == "" || sub == "" {
+		// ParseMediaType takes a bare token ("pdf", "multipart").
+		return "", fmt.Errorf(`the content type is not a media type such as "application/pdf": it needs a type and a subtype`)
+	}
 	// Attachments are sent base64-encoded, which RFC 2045 §6.4 and RFC 2046
 	// §5.2.1 forbid for these types: the receiver would not read them.
 	if strings.HasPrefix(mediaType, "multipart/") || strings.HasPrefix(mediaType, "message/") {
@@ -374,11 +378,19 @@ func isXHeader(name string) bool {
 	return len(name) > 2 && strings.EqualFold(name[:2], "X-")
 }
 
-// isFieldName reports whether s is an RFC 5322 field name: printable ASCII
-// except the colon.
+// isFieldName reports whether s is a field name made of token characters
+// (RFC 9110 §5.6.2: letters, digits and !#$%&'*+-.^_`|~). RFC 5322 allows
+// any printable ASCII but the colon; the narrower set is what mail software
+// reads as a field name (Go's net/textproto among it, which the signing
+// reads the message with), so a name such as "X-Order(1)" is refused here
+// instead of making the message unsignable later.
 func isFieldName(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if s[i] < '!' || s[i] > '~' || s[i] == ':' {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
 			return false
 		}
 	}

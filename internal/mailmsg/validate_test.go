@@ -241,11 +241,23 @@ func TestValidateRejects(t *testing.T) {
 		{"the bare prefix X-", func(r *Request) { r.Headers = map[string]string{"X-": "v"} },
 			[]FieldError{{"body.headers.X-", "only X- headers"}}},
 		{"a header name with a space", func(r *Request) { r.Headers = map[string]string{"X-My Header": "v"} },
-			[]FieldError{{"body.headers.X-My Header", "without spaces or colons"}}},
+			[]FieldError{{"body.headers.X-My Header", "no spaces, colons or brackets"}}},
 		{"a header name with a colon", func(r *Request) { r.Headers = map[string]string{"X-A:": "v"} },
-			[]FieldError{{"body.headers.X-A:", "without spaces or colons"}}},
+			[]FieldError{{"body.headers.X-A:", "no spaces, colons or brackets"}}},
 		{"a header name with a line break", func(r *Request) { r.Headers = map[string]string{"X-A\r\nBcc": "v"} },
-			[]FieldError{{"body.headers.X-A\r\nBcc", "without spaces or colons"}}},
+			[]FieldError{{"body.headers.X-A\r\nBcc", "no spaces, colons or brackets"}}},
+		// Printable, but not a token character: net/textproto, which the
+		// signing reads the message with, refuses the field, and the email
+		// stayed queued for ever.
+		{"a header name with brackets", func(r *Request) { r.Headers = map[string]string{"X-Order(1)": "v"} },
+			[]FieldError{{"body.headers.X-Order(1)", "no spaces, colons or brackets"}}},
+		{"a header name with a slash", func(r *Request) { r.Headers = map[string]string{"X-a/b": "v"} },
+			[]FieldError{{"body.headers.X-a/b", "no spaces, colons or brackets"}}},
+		{"a subject with a line separator", func(r *Request) { r.Subject = "Hello\u2028Bcc: x@y.example" },
+			[]FieldError{{"body.subject", "line break"}}},
+		{"an attachment type without a subtype", func(r *Request) {
+			r.Attachments = []Attachment{{Filename: "a.bin", Content: "YQ==", ContentType: "multipart"}}
+		}, []FieldError{{"body.attachments[0].content_type", "a type and a subtype"}}},
 		{"a header value with CRLF", func(r *Request) { r.Headers = map[string]string{"X-Tag": "a\r\nBcc: victim@x.example"} },
 			[]FieldError{{"body.headers.X-Tag", "line break"}}},
 		{"a header value with NUL", func(r *Request) { r.Headers = map[string]string{"X-Tag": "a\x00b"} },
