@@ -152,12 +152,10 @@ func isDigits(s string) bool {
 }
 
 // hasControl reports whether s contains a control character: C0 (CR, LF and
-// TAB included), DEL or C1 (NEL included), or one of Unicode's line and
-// paragraph separators (U+2028, U+2029), which mail readers show as line
-// breaks.
+// TAB included), DEL or C1 (NEL included).
 func hasControl(s string) bool {
 	for _, r := range s {
-		if unicode.IsControl(r) || r == '\u2028' || r == '\u2029' {
+		if unicode.IsControl(r) {
 			return true
 		}
 	}

@@ -2,6 +2,7 @@ package mailmsg
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"mime"
 	"net/mail"
@@ -123,12 +124,12 @@ func Validate(r Request, domain string) (*Message, []FieldError) {
 	m := &Message{Subject: r.Subject, Text: r.Text, HTML: r.HTML}
 	domain = strings.TrimSuffix(strings.ToLower(domain), ".")
 
-	if from, err := ParseAddress(r.From); err != nil {
-		v.add("body.from", err.Error())
-	} else if !underDomain(domainOf(from.Address), domain) {
-		v.add("body.from", fmt.Sprintf("the sender's domain must be %s or one of its subdomains, the domain of this API key", domain))
-	} else {
-		m.From = from
+	if from, ok := v.address("body.from", r.From); ok {
+		if underDomain(domainOf(from.Address), domain) {
+			m.From = from
+		} else {
+			v.add("body.from", fmt.Sprintf("the sender's domain must be %s or one of its subdomains, the domain of this API key", domain))
+		}
 	}
 
 	m.To, m.Cc, m.Bcc = v.recipients(r.To, r.Cc, r.Bcc)
@@ -194,14 +195,33 @@ func (v *validator) recipients(to, cc, bcc []string) (toA, ccA, bccA []mail.Addr
 	return toA, ccA, bccA
 }
 
+// address parses one address of the request (ParseAddress), whose display
+// name must not hold a line separator either.
+func (v *validator) address(location, s string) (mail.Address, bool) {
+	a, err := ParseAddress(s)
+	if err == nil && hasLineSeparator(a.Name) {
+		err = errors.New("the display name contains a line break")
+	}
+	if err != nil {
+		v.add(location, err.Error())
+		return a, false
+	}
+	return a, true
+}
+
+// hasLineSeparator reports whether s holds Unicode's line or paragraph
+// separator (U+2028, U+2029), which mail readers show as a line break. The
+// API refuses them where it refuses line breaks; Build does not, so that an
+// email accepted before this rule is still built.
+func hasLineSeparator(s string) bool { return strings.ContainsAny(s, "\u2028\u2029") }
+
 // addresses parses the entries of one address list, skipping addresses
 // already in seen (and adding the new ones to it).
 func (v *validator) addresses(location string, list []string, seen map[string]bool) []mail.Address {
 	var out []mail.Address
 	for i, s := range list {
-		a, err := ParseAddress(s)
-		if err != nil {
-			v.add(fmt.Sprintf("%s[%d]", location, i), err.Error())
+		a, ok := v.address(fmt.Sprintf("%s[%d]", location, i), s)
+		if !ok {
 			continue
 		}
 		key := strings.ToLower(a.Address)
@@ -222,7 +242,7 @@ func (v *validator) subject(s string) {
 		v.add("body.subject", "the subject is empty")
 	case n > MaxSubject:
 		v.add("body.subject", fmt.Sprintf("the subject is %d characters long; the maximum is %d", n, MaxSubject))
-	case hasControl(s):
+	case hasControl(s) || hasLineSeparator(s):
 		v.add("body.subject", "the subject contains a line break or another control character")
 	}
 }
@@ -261,6 +281,10 @@ func (v *validator) headers(h map[string]string) []Header {
 		value := h[given]
 		if err := checkHeaderValue(name, value); err != nil {
 			v.add(location, err.Error())
+			continue
+		}
+		if hasLineSeparator(value) {
+			v.add(location, "the value contains a line break")
 			continue
 		}
 		out = append(out, Header{Name: name, Value: value})
@@ -314,7 +338,7 @@ func (v *validator) attachment(location string, a Attachment) (DecodedAttachment
 	case strings.TrimSpace(a.Filename) == "":
 		v.add(location+".filename", "the filename is empty")
 		ok = false
-	case hasControl(a.Filename):
+	case hasControl(a.Filename) || hasLineSeparator(a.Filename):
 		v.add(location+".filename", "the filename contains a line break or another control character")
 		ok = false
 	case utf8.RuneCountInString(a.Filename) > maxFilename:

@@ -255,6 +255,10 @@ func TestValidateRejects(t *testing.T) {
 			[]FieldError{{"body.headers.X-a/b", "no spaces, colons or brackets"}}},
 		{"a subject with a line separator", func(r *Request) { r.Subject = "Hello\u2028Bcc: x@y.example" },
 			[]FieldError{{"body.subject", "line break"}}},
+		{"a display name with a paragraph separator", func(r *Request) { r.To = []string{"Ada\u2029Lovelace <ada@example.org>"} },
+			[]FieldError{{"body.to[0]", "line break"}}},
+		{"a header value with a line separator", func(r *Request) { r.Headers = map[string]string{"X-Tag": "a\u2028b"} },
+			[]FieldError{{"body.headers.X-Tag", "line break"}}},
 		{"an attachment type without a subtype", func(r *Request) {
 			r.Attachments = []Attachment{{Filename: "a.bin", Content: "YQ==", ContentType: "multipart"}}
 		}, []FieldError{{"body.attachments[0].content_type", "a type and a subtype"}}},
