@@ -405,77 +405,120 @@ func (a *Emails) attempt(ctx context.Context, in email.AttemptInput, e *store.Em
 	if limit <= 0 {
 		limit = DefaultSendLimit
 	}
+	rec := &answerRecorder{a: a, ctx: ctx, final: in.Final, e: e, d: d, pending: pending,
+		unread: make([]error, len(pending)), handled: make([]bool, len(pending))}
 	sendCtx, cancel := context.WithTimeout(ctx, limit)
 	started := time.Now()
-	results, unread, err := a.send(sendCtx, e, d, pending)
+	// Each session's answers are recorded as it ends: a worker that dies
+	// while a slow domain's session still runs has recorded the 250s of the
+	// others, which the attempt Temporal makes next would send again.
+	results, err := a.send(sendCtx, e, d, pending, rec.unread, rec.record)
 	cancel()
 	if err != nil {
 		return out, err
 	}
 	metrics.ObserveEmailAttempt(time.Since(started))
-	// When the attempt's own context ended while it sent (its time limit,
-	// the worker stopping, Temporal giving up on it), the answers servers
-	// gave are still recorded, on a context of their own: a recipient whose
-	// 250 was not recorded would be sent to again. Those that got no answer
-	// (the connection closed under them) are left to the next attempt,
-	// which Temporal runs since the step fails.
-	ended := ctx.Err()
-	recordCtx := ctx
+	all := make([]int, len(results))
+	for i := range all {
+		all[i] = i
+	}
+	rec.record(all, results)
+	out = rec.out
+	if ended := ctx.Err(); ended != nil {
+		return out, ended
+	}
+	if len(rec.errs) > 0 {
+		return out, errors.Join(rec.errs...)
+	}
+	return out, a.settle(ctx, e.ID)
+}
+
+// answerRecorder records the answers of one attempt, each recipient's once,
+// as the sessions end (from their goroutines) and at the end.
+type answerRecorder struct {
+	a       *Emails
+	ctx     context.Context // the attempt's
+	final   bool
+	e       *store.Email
+	d       *store.Domain
+	pending []store.EmailRecipient
+	// unread[i] says why recipient i's message could not be read (a.send
+	// sets it before recipient i's session ends).
+	unread []error
+
+	mu      sync.Mutex
+	handled []bool
+	out     email.AttemptResult
+	errs    []error
+}
+
+// record records the answers of the recipients at positions (results[k]
+// is positions[k]'s) not recorded yet. When the attempt's own context ended
+// while it sent (its time limit, the worker stopping, Temporal giving up on
+// it), the answers servers gave are still recorded, on a context of their
+// own: a recipient whose 250 was not recorded would be sent to again. Those
+// that got no answer (the connection closed under them) are left to the
+// next attempt, which Temporal runs since the step fails. Every answer is
+// recorded even when one cannot be, for the same reason; the errors fail
+// the step.
+func (r *answerRecorder) record(positions []int, results []smtpsend.Result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ended := r.ctx.Err()
+	recordCtx := r.ctx
 	if ended != nil {
 		var cancel context.CancelFunc
-		recordCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), recordAfterEndTimeout)
+		recordCtx, cancel = context.WithTimeout(context.WithoutCancel(r.ctx), recordAfterEndTimeout)
 		defer cancel()
 	}
-	// Every answer is recorded even when one cannot be: a 250 left
-	// unrecorded is sent again by the attempt Temporal makes next.
-	var errs []error
-	for i, res := range results {
-		r := pending[i]
-		if ended != nil && res.Code == 0 {
+	for k, i := range positions {
+		res := results[k]
+		if r.handled[i] || ended != nil && res.Code == 0 {
 			continue
 		}
-		if unread[i] != nil {
+		r.handled[i] = true
+		if r.unread[i] != nil {
 			// Not sent, because its message could not be read: nothing
 			// is recorded, and the step fails once the others are, so
 			// Temporal runs it again for this recipient.
-			errs = append(errs, unread[i])
+			r.errs = append(r.errs, r.unread[i])
 			continue
 		}
-		code := res.Code
-		change := store.RecipientChange{Position: r.Position, Attempted: true, SMTPCode: &code, Response: smtpResponse(res)}
-		var effects func(context.Context, bun.IDB, string) error
-		switch {
-		case res.Status == smtpsend.Delivered:
-			change.Status = store.RecipientDelivered
-			effects = a.outcome(e, d, r, outcome{delivered: true, code: res.Code, message: res.Message})
-			out.Delivered++
-		case res.Status == smtpsend.HardBounce:
-			change.Status = store.RecipientBounced
-			effects = a.outcome(e, d, r, outcome{bounceType: bounceHard, code: res.Code, message: res.Message})
-			out.Bounced++
-		case in.Final:
-			change.Status = store.RecipientBounced
-			effects = a.outcome(e, d, r, outcome{bounceType: bounceSoft, code: res.Code, message: res.Message})
-			out.Bounced++
-		default:
-			change.Status = store.RecipientDeferred
-			effects = a.deferred(e)
-			out.Deferred++
-			out.Pending++
+		if err := r.recordOne(recordCtx, r.pending[i], res); err != nil {
+			r.errs = append(r.errs, err)
 		}
-		if _, err := a.Store.ChangeRecipient(recordCtx, e.ID, change, effects); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		metrics.CountEmailRecipient(recipientOutcome(change.Status))
 	}
-	if ended != nil {
-		return out, ended
+}
+
+func (r *answerRecorder) recordOne(ctx context.Context, rcpt store.EmailRecipient, res smtpsend.Result) error {
+	a, e, d := r.a, r.e, r.d
+	code := res.Code
+	change := store.RecipientChange{Position: rcpt.Position, Attempted: true, SMTPCode: &code, Response: smtpResponse(res)}
+	var effects func(context.Context, bun.IDB, string) error
+	switch {
+	case res.Status == smtpsend.Delivered:
+		change.Status = store.RecipientDelivered
+		effects = a.outcome(e, d, rcpt, outcome{delivered: true, code: res.Code, message: res.Message})
+		r.out.Delivered++
+	case res.Status == smtpsend.HardBounce:
+		change.Status = store.RecipientBounced
+		effects = a.outcome(e, d, rcpt, outcome{bounceType: bounceHard, code: res.Code, message: res.Message})
+		r.out.Bounced++
+	case r.final:
+		change.Status = store.RecipientBounced
+		effects = a.outcome(e, d, rcpt, outcome{bounceType: bounceSoft, code: res.Code, message: res.Message})
+		r.out.Bounced++
+	default:
+		change.Status = store.RecipientDeferred
+		effects = a.deferred(e)
+		r.out.Deferred++
+		r.out.Pending++
 	}
-	if len(errs) > 0 {
-		return out, errors.Join(errs...)
+	if _, err := a.Store.ChangeRecipient(ctx, e.ID, change, effects); err != nil {
+		return err
 	}
-	return out, a.settle(ctx, e.ID)
+	metrics.CountEmailRecipient(recipientOutcome(change.Status))
+	return nil
 }
 
 // recordAfterEndTimeout bounds the recording of the answers an attempt got
@@ -489,19 +532,18 @@ const recordAfterEndTimeout = 10 * time.Second
 // its own transaction (docs/inbound.md); an email from before tags keeps
 // its one untagged sender, and its recipients share a transaction per
 // domain.
-func (a *Emails) send(ctx context.Context, e *store.Email, d *store.Domain, pending []store.EmailRecipient) (results []smtpsend.Result, unread []error, err error) {
-	unread = make([]error, len(pending))
+func (a *Emails) send(ctx context.Context, e *store.Email, d *store.Domain, pending []store.EmailRecipient, unread []error, done smtpsend.Done) ([]smtpsend.Result, error) {
 	from := envelopeSender(e, d)
 	_, perRecipient := a.Tags.RecipientSender(from, 0)
 	if !e.Tracked() && e.SignedMessage == nil {
-		return nil, nil, fmt.Errorf("email %s has no signed message to send", e.ID)
+		return nil, fmt.Errorf("email %s has no signed message to send", e.ID)
 	}
 	if !perRecipient && !e.Tracked() {
 		addrs := make([]string, len(pending))
 		for i, r := range pending {
 			addrs[i] = r.Address
 		}
-		return a.Sender.Send(ctx, from, addrs, e.SignedMessage), unread, nil
+		return a.Sender.SendReporting(ctx, from, addrs, e.SignedMessage, done), nil
 	}
 	envs := make([]smtpsend.Envelope, len(pending))
 	for i, r := range pending {
@@ -511,7 +553,7 @@ func (a *Emails) send(ctx context.Context, e *store.Email, d *store.Domain, pend
 		}
 		if e.Tracked() {
 			if !r.HasMessage {
-				return nil, nil, fmt.Errorf("email %s has no signed message for recipient %d", e.ID, r.Position)
+				return nil, fmt.Errorf("email %s has no signed message for recipient %d", e.ID, r.Position)
 			}
 			env.Message, env.Load = nil, func(ctx context.Context) ([]byte, error) {
 				msg, err := a.Store.RecipientMessage(ctx, e.ID, r.Position)
@@ -528,7 +570,7 @@ func (a *Emails) send(ctx context.Context, e *store.Email, d *store.Domain, pend
 		}
 		envs[i] = env
 	}
-	return a.Sender.SendEach(ctx, envs), unread, nil
+	return a.Sender.SendEachReporting(ctx, envs, done), nil
 }
 
 // recipientOutcome is the metrics label of a recipient's status after an

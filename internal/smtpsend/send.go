@@ -37,6 +37,19 @@ const (
 // ctx bounds the whole attempt: when it ends, open connections are closed
 // and the recipients not yet answered are Deferred.
 func (s *Sender) Send(ctx context.Context, from string, recipients []string, msg []byte) []Result {
+	return s.SendReporting(ctx, from, recipients, msg, nil)
+}
+
+// Done is told, as each session ends, the positions (in the caller's list)
+// whose Results are final and those results (results[k] is position
+// positions[k]'s), so that the caller may record them before the slowest
+// session ends. It is called from the sessions' goroutines, at once by
+// several.
+type Done func(positions []int, results []Result)
+
+// SendReporting is Send, telling done (if not nil) of each session's
+// results as it ends.
+func (s *Sender) SendReporting(ctx context.Context, from string, recipients []string, msg []byte, done Done) []Result {
 	if bad := invalidSender(from, recipients); bad != nil {
 		return bad
 	}
@@ -67,7 +80,7 @@ func (s *Sender) Send(ctx context.Context, from string, recipients []string, msg
 		tx.index[rcpt] = []int{i}
 		of[rcpt] = tx
 	}
-	s.run(ctx, plan.sessions, results)
+	s.run(ctx, plan.sessions, results, done)
 	return results
 }
 
@@ -90,6 +103,12 @@ type Envelope struct {
 // maxTransactionsPerSession each. It returns one Result per envelope, in
 // order.
 func (s *Sender) SendEach(ctx context.Context, envs []Envelope) []Result {
+	return s.SendEachReporting(ctx, envs, nil)
+}
+
+// SendEachReporting is SendEach, telling done (if not nil) of each
+// session's results as it ends.
+func (s *Sender) SendEachReporting(ctx context.Context, envs []Envelope, done Done) []Result {
 	results := make([]Result, len(envs))
 	var plan sessionPlan
 	for i, env := range envs {
@@ -105,7 +124,7 @@ func (s *Sender) SendEach(ctx context.Context, envs []Envelope) []Result {
 		plan.add(s.sessionKey(domain), domain, &transaction{from: env.From, rcpts: []string{env.Recipient},
 			index: map[string][]int{env.Recipient: {i}}, msg: env.Message, load: env.Load})
 	}
-	s.run(ctx, plan.sessions, results)
+	s.run(ctx, plan.sessions, results, done)
 	return results
 }
 
@@ -140,8 +159,9 @@ func invalidSender(from string, rcpts []string) []Result {
 }
 
 // run makes the sessions' transactions, parallelSessions sessions at a
-// time, and writes each recipient's result.
-func (s *Sender) run(ctx context.Context, sessions []*plannedSession, results []Result) {
+// time, and writes each recipient's result, telling done (if not nil) of
+// each session's as it ends.
+func (s *Sender) run(ctx context.Context, sessions []*plannedSession, results []Result, done Done) {
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, parallelSessions)
 	for _, ps := range sessions {
@@ -149,12 +169,18 @@ func (s *Sender) run(ctx context.Context, sessions []*plannedSession, results []
 			slots <- struct{}{}
 			defer func() { <-slots }()
 			s.deliver(ctx, ps)
+			var positions []int
+			var theirs []Result
 			for _, tx := range ps.txs {
 				for j, rcpt := range tx.rcpts {
 					for _, i := range tx.index[rcpt] {
 						results[i] = tx.outcomes[j].result(rcpt)
+						positions, theirs = append(positions, i), append(theirs, results[i])
 					}
 				}
+			}
+			if done != nil {
+				done(positions, theirs)
 			}
 		})
 	}

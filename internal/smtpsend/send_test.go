@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -596,6 +597,53 @@ func TestTwoDomainsTwoTransactions(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"a@one.test,c@One.Test", "b@two.test"}; !slices.Equal(got, want) {
 		t.Errorf("transactions = %q, want %q", got, want)
+	}
+}
+
+// SendReporting tells of each session's results as the session ends: the
+// answers of a fast domain are known while a slow one's session still runs,
+// so the caller records them before a crash could lose them.
+func TestSendReportingTellsEachSessionAsItEnds(t *testing.T) {
+	srv := startServer(t, serverOptions{})
+	release := make(chan struct{})
+	srv.onRcpt = func(to string) error {
+		if strings.HasSuffix(to, "@two.test") {
+			<-release
+		}
+		return nil
+	}
+	s := mxSender(t, twoDomainsZone(t), srv.port)
+	reported := make(chan []int, 2)
+	var mu sync.Mutex
+	var got []smtpsend.Result
+	done := func(positions []int, results []smtpsend.Result) {
+		mu.Lock()
+		got = append(got, results...)
+		mu.Unlock()
+		reported <- positions
+	}
+	finished := make(chan []smtpsend.Result, 1)
+	go func() {
+		finished <- s.SendReporting(context.Background(), sender, []string{"a@one.test", "b@two.test", "c@one.test"}, message, done)
+	}()
+	select {
+	case first := <-reported:
+		if !slices.Equal(first, []int{0, 2}) {
+			t.Errorf("the first session reported %v, want [0 2]", first)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing reported while the slow domain's session runs")
+	}
+	close(release)
+	results := <-finished
+	if second := <-reported; !slices.Equal(second, []int{1}) {
+		t.Errorf("the second session reported %v, want [1]", second)
+	}
+	for _, r := range results {
+		wantResult(t, r, smtpsend.Delivered, 250, "")
+	}
+	if len(got) != 3 || got[0].Recipient != "a@one.test" || got[2].Recipient != "b@two.test" {
+		t.Errorf("reported results %+v", got)
 	}
 }
 
