@@ -464,16 +464,13 @@ type answerRecorder struct {
 func (r *answerRecorder) record(positions []int, results []smtpsend.Result) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ended := r.ctx.Err()
-	recordCtx := r.ctx
-	if ended != nil {
-		var cancel context.CancelFunc
-		recordCtx, cancel = context.WithTimeout(context.WithoutCancel(r.ctx), recordAfterEndTimeout)
-		defer cancel()
-	}
+	// On a context of its own, even while the attempt's lives: one that
+	// ended in the middle of these writes would lose the answers after it.
+	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), recordAfterEndTimeout)
+	defer cancel()
 	for k, i := range positions {
 		res := results[k]
-		if r.handled[i] || ended != nil && res.Code == 0 {
+		if r.handled[i] || res.Code == 0 && r.ctx.Err() != nil {
 			continue
 		}
 		r.handled[i] = true

@@ -66,7 +66,7 @@ func ptr[T any](v T) *T { return &v }
 
 // EmailAttachment is one attachment of Send email.
 type EmailAttachment struct {
-	Filename    string `json:"filename" maxLength:"255" example:"invoice.pdf"`
+	Filename    string `json:"filename" maxLength:"255" doc:"At most 255 bytes of UTF-8." example:"invoice.pdf"`
 	Content     string `json:"content" doc:"The file, base64 (standard alphabet)."`
 	ContentType string `json:"content_type,omitempty" doc:"MIME type; application/octet-stream when absent." example:"application/pdf"`
 }

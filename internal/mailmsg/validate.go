@@ -341,8 +341,8 @@ func (v *validator) attachment(location string, a Attachment) (DecodedAttachment
 	case hasControl(a.Filename) || hasLineSeparator(a.Filename):
 		v.add(location+".filename", "the filename contains a line break or another control character")
 		ok = false
-	case utf8.RuneCountInString(a.Filename) > maxFilename:
-		v.add(location+".filename", fmt.Sprintf("the filename is %d characters long; the maximum is %d", utf8.RuneCountInString(a.Filename), maxFilename))
+	case len(a.Filename) > maxFilename:
+		v.add(location+".filename", fmt.Sprintf("the filename is %d bytes long in UTF-8; the maximum is %d", len(a.Filename), maxFilename))
 		ok = false
 	}
 

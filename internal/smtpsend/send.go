@@ -167,8 +167,8 @@ func (s *Sender) run(ctx context.Context, sessions []*plannedSession, results []
 	for _, ps := range sessions {
 		wg.Go(func() {
 			slots <- struct{}{}
-			defer func() { <-slots }()
 			s.deliver(ctx, ps)
+			<-slots // done's work does not hold up the sessions waiting
 			var positions []int
 			var theirs []Result
 			for _, tx := range ps.txs {
