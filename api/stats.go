@@ -58,6 +58,10 @@ func (s *Server) getStats(ctx context.Context, in *StatsInput) (*Response[StatsD
 	if err != nil {
 		return nil, fieldError("query.end", "end must be a date, YYYY-MM-DD")
 	}
+	// Year 0000 parses, but PostgreSQL has no year 0.
+	if start.Year() < 1 {
+		return nil, fieldError("query.start", "start must be a date from the year 0001 on")
+	}
 	if end.Before(start) {
 		return nil, fieldError("query.end", "end must not be before start")
 	}

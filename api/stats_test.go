@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,6 +147,7 @@ func TestStatsZeroFilledAndRangeRules(t *testing.T) {
 		{"start=2026-11-05&end=2026-11-04", "query.end"},
 		{"start=2026-13-01&end=2026-12-01", "query.start"},
 		{"start=2026-02-30&end=2026-03-01", "query.start"},
+		{"start=0000-01-01&end=0000-01-02", "query.start"}, // PostgreSQL has no year 0: it was a 500
 		{"start=2026-11-01T00:00:00Z&end=2026-11-02", "query.start"},
 		{"start=2026-11-01&end=yesterday", "query.end"},
 		{"end=2026-11-02", "query.start"},
@@ -184,14 +186,18 @@ func TestIngestedEventsCountOnceAndComplaintsSuppress(t *testing.T) {
 	send("b1", "bounced", "bob@customer.example")
 	send("o1", "opened", "ada@customer.example")
 	send("k1", "clicked", "ada@customer.example")
+	// An address whose IDNA form is too long to be a suppression (no
+	// recipient is) is counted and not suppressed: before, its complaint
+	// was refused with a 500 for good.
+	send("c2", "complained", strings.Repeat("a", 200)+"@"+strings.Repeat("日本語漢字中文韓國語.", 5)+"example")
 
 	for who, key := range map[string]string{"owner": h.adminKey, "other owner": otherKey} {
 		days, totals := h.stats(key, "start=2026-11-20&end=2026-11-22")
 		// event() stamps 2026-11-21T10:00:00Z.
-		if got := counters(days["2026-11-21"]); got != "delivered=1 bounced=1 complained=1 opened=1 clicked=1 " {
+		if got := counters(days["2026-11-21"]); got != "delivered=1 bounced=1 complained=2 opened=1 clicked=1 " {
 			t.Errorf("%s: 2026-11-21 %q", who, got)
 		}
-		if got := counters(totals); got != "delivered=1 bounced=1 complained=1 opened=1 clicked=1 " {
+		if got := counters(totals); got != "delivered=1 bounced=1 complained=2 opened=1 clicked=1 " {
 			t.Errorf("%s: totals %q", who, got)
 		}
 		list := h.do("GET", "/api/v1/suppressions", key, nil).data(t, 200)["suppressions"].([]any)

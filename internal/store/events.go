@@ -279,11 +279,17 @@ func countIngested(ctx context.Context, tx bun.Tx, ev *Event, o DomainOwner) err
 		return err
 	}
 	// An ingested bounce does not say whether it was hard or soft, so it
-	// suppresses nothing; the platform's own hard bounces do.
-	if ev.EventType == "complained" && NormalizeEmail(ev.ToEmail) != "" {
-		return Suppress(ctx, tx, o.OrganizationID, ev.ToEmail, SuppressionComplaint)
+	// suppresses nothing; the platform's own hard bounces do. An address
+	// that cannot be a suppression (empty, or longer than one may be once
+	// its domain is in IDNA form: no recipient is) is counted, not
+	// suppressed, rather than refusing the event for good.
+	if !suppressible(ev.ToEmail) {
+		return nil
 	}
-	if ev.EventType == "unsubscribed" && NormalizeEmail(ev.ToEmail) != "" {
+	switch ev.EventType {
+	case "complained":
+		return Suppress(ctx, tx, o.OrganizationID, ev.ToEmail, SuppressionComplaint)
+	case "unsubscribed":
 		return Suppress(ctx, tx, o.OrganizationID, ev.ToEmail, SuppressionUnsubscribe)
 	}
 	return nil

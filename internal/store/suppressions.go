@@ -69,16 +69,23 @@ func Suppress(ctx context.Context, db bun.IDB, orgID int64, email, reason string
 	if reason != SuppressionHardBounce && reason != SuppressionComplaint && reason != SuppressionUnsubscribe {
 		return fmt.Errorf("suppression reason %q: want %s, %s or %s", reason, SuppressionHardBounce, SuppressionComplaint, SuppressionUnsubscribe)
 	}
-	email = NormalizeEmail(email)
-	if email == "" || utf8.RuneCountInString(email) > maxEmailLength {
+	if !suppressible(email) {
 		// No address in the message: it is personal data.
 		return errors.New("suppressed address must be 1 to 320 characters")
 	}
+	email = NormalizeEmail(email)
 	_, err := db.NewInsert().Model(&Suppression{OrganizationID: orgID, Email: email, Reason: reason, CreatedAt: now()}).
 		On("CONFLICT (organization_id, email) DO UPDATE").Set("reason = EXCLUDED.reason").
 		Where("?TableAlias.reason = ?", SuppressionUnsubscribe).Where("EXCLUDED.reason <> ?", SuppressionUnsubscribe).
 		Exec(ctx)
 	return err
+}
+
+// suppressible says whether email, normalised, can be a suppression: 1 to
+// maxEmailLength characters.
+func suppressible(email string) bool {
+	n := NormalizeEmail(email)
+	return n != "" && utf8.RuneCountInString(n) <= maxEmailLength
 }
 
 // SuppressedAmong returns which of emails are on the organization's list,
