@@ -114,7 +114,9 @@ func (a *Inbound) Handle(ctx context.Context, in inbound.HandleInput) (inbound.H
 		out := inbound.HandleResult{Kind: deref(m.Kind)}
 		if m.EmailID != nil {
 			out.OrganizationID, out.DomainID = deref(m.OrganizationID), deref(m.DomainID)
-			return out, a.settle(ctx, *m.EmailID)
+			if recordsEvents(out.Kind) {
+				return out, a.settle(ctx, *m.EmailID)
+			}
 		}
 		return out, nil
 	}
@@ -148,10 +150,23 @@ func (a *Inbound) Handle(ctx context.Context, in inbound.HandleInput) (inbound.H
 			a.Logger.InfoContext(ctx, "inbound message not recognized", "inbound_id", m.ID)
 		}
 	}
-	if email != nil {
+	if email != nil && recordsEvents(kind) {
 		return out, a.settle(ctx, email.ID)
 	}
 	return out, nil
+}
+
+// recordsEvents says whether a message of kind may record events of its
+// email, whose webhook deliveries settle then starts (also on a try after
+// one that recorded them and died). The others (auto-replies, replies,
+// arf_other) change nothing, and settling for them would start every
+// pending delivery of the email again, for anyone who knows a return path.
+func recordsEvents(kind string) bool {
+	switch kind {
+	case store.InboundDSN, store.InboundARF, store.InboundLegacyBounce, store.InboundUnsubscribe:
+		return true
+	}
+	return false
 }
 
 // apply carries out what a report says and returns its final kind and how
@@ -227,6 +242,18 @@ func (a *Inbound) applyUnsubscribe(ctx context.Context, recipients []string) (in
 	return n, nil
 }
 
+// blockRecipient is the address a DSN block is about: its
+// Final-Recipient, else its Original-Recipient (RFC 3464 §2.3). An
+// Original-Recipient beside a Final-Recipient of another address is the
+// alias the failed address was reached through, which says nothing of the
+// alias's own mailbox.
+func blockRecipient(b bouncereport.DSNRecipient) string {
+	if b.FinalRecipient != "" {
+		return b.FinalRecipient
+	}
+	return b.OriginalRecipient
+}
+
 // applyDSN applies each per-recipient block of a delivery status
 // notification. A report that names any of the email's recipients is read
 // for those alone: a block naming someone else (a forwarding target that
@@ -237,17 +264,17 @@ func (a *Inbound) applyUnsubscribe(ctx context.Context, recipients []string) (in
 func (a *Inbound) applyDSN(ctx context.Context, report *bouncereport.Report, email *reportedEmail) (int, error) {
 	blocks := report.Recipients
 	named := slices.ContainsFunc(blocks, func(b bouncereport.DSNRecipient) bool {
-		return findRecipient(email.recipients, b.FinalRecipient, b.OriginalRecipient) != nil
+		return findRecipient(email.recipients, blockRecipient(b)) != nil
 	})
 	if !named && len(blocks) > 1 {
 		blocks = []bouncereport.DSNRecipient{slices.MaxFunc(blocks, func(x, y bouncereport.DSNRecipient) int { return severity(x) - severity(y) })}
 	}
 	changed := 0
 	for _, block := range blocks {
-		if named && findRecipient(email.recipients, block.FinalRecipient, block.OriginalRecipient) == nil {
+		if named && findRecipient(email.recipients, blockRecipient(block)) == nil {
 			continue
 		}
-		r := email.recipientFor(block.FinalRecipient, block.OriginalRecipient)
+		r := email.recipientFor(blockRecipient(block))
 		if r == nil {
 			continue
 		}
@@ -369,10 +396,14 @@ type complaintData struct {
 // applyComplaint records the complaint of the recipient the report names
 // (Original-Rcpt-To, else the one its return path belongs to): its event
 // and count once per recipient, and the address on the organization's
-// suppression list.
+// suppression list. A recipient already bounced or suppressed is left alone
+// (docs/inbound.md, "Exactly once").
 func (a *Inbound) applyComplaint(ctx context.Context, fb *bouncereport.Feedback, email *reportedEmail) (int, error) {
 	r := email.recipientFor(fb.OriginalRcptTo...)
-	if r == nil {
+	if r == nil || r.Status == store.RecipientSuppressed || r.Status == store.RecipientBounced {
+		// Left alone: a suppressed recipient was sent nothing to complain
+		// about, and a complaint would replace the reason it is on the list
+		// for (an unsubscribe) with one that stops all its mail.
 		return 0, nil
 	}
 	data := complaintData{

@@ -453,7 +453,8 @@ func TestHandleReportWithHostileDiagnostic(t *testing.T) {
 }
 
 // dsnOf is a delivery status notification to returnPath with one
-// per-recipient block for each of blocks: "address action status".
+// per-recipient block for each of blocks: "address action status", and an
+// Original-Recipient when a fourth field gives one.
 func dsnOf(returnPath string, blocks ...string) []byte {
 	var b strings.Builder
 	b.WriteString("From: MAILER-DAEMON@mx.example.net\r\nTo: " + returnPath + "\r\nSubject: Delivery Status Notification\r\n" +
@@ -463,6 +464,9 @@ func dsnOf(returnPath string, blocks ...string) []byte {
 	for _, block := range blocks {
 		f := strings.Fields(block)
 		b.WriteString("\r\nFinal-Recipient: rfc822; " + f[0] + "\r\nAction: " + f[1] + "\r\nStatus: " + f[2] + "\r\n")
+		if len(f) > 3 {
+			b.WriteString("Original-Recipient: rfc822; " + f[3] + "\r\n")
+		}
 	}
 	b.WriteString("--b--\r\n")
 	return []byte(b.String())
@@ -483,6 +487,10 @@ func TestHandleDSNBlocksOfOtherAddresses(t *testing.T) {
 		}
 	}
 	step("ada@ expanded, her forward failed", dsnOf(adas, "ada@example.org expanded 2.0.0", "ada.old@forward.example failed 5.1.1"), adas, 0)
+	// Postfix names the alias a failed target was reached through in
+	// Original-Recipient: the block is about the target.
+	step("ada@ relayed, her forward (reached through ada@) failed",
+		dsnOf(adas, "ada@example.org relayed 2.0.0", "ada.old@forward.example failed 5.1.1 ada@example.org"), adas, 0)
 	step("a relay's copy deferred, bob@ failed for good", dsnOf(bobs, "relay-copy@example.net failed 4.4.7", "bob@example.org failed 5.1.1"), bobs, 1)
 	step("redacted: one soft and one hard failure", dsnOf(cys, "xxx@example.org failed 4.4.7", "yyy@example.org failed 5.1.1"), cys, 1)
 	if r := f.recipient(t, "ada@example.org"); r.Status != store.RecipientDelivered {
@@ -491,5 +499,62 @@ func TestHandleDSNBlocksOfOtherAddresses(t *testing.T) {
 	want := map[string]string{"bob@example.org": "hard_bounce", "cy@example.org": "hard_bounce"}
 	if got := f.suppressed(t); !maps.Equal(got, want) {
 		t.Fatalf("suppressions %v, want %v", got, want)
+	}
+}
+
+// A complaint about a recipient that was sent nothing (suppressed when the
+// email was prepared) is left alone: no complained event, and the reason it
+// is on the list for (an unsubscribe) stays. Before, the complaint replaced
+// it, and the address stopped getting any mail.
+func TestComplaintAboutASuppressedRecipientIsLeftAlone(t *testing.T) {
+	f := newInboundFixture(t, "ada@example.org", "reader@example.org")
+	ctx := context.Background()
+	if _, err := f.st.DB.NewUpdate().Model((*store.EmailRecipient)(nil)).Set("status = ?", store.RecipientSuppressed).
+		Where("email_id = ?", f.email.ID).Where("address = ?", "reader@example.org").Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Suppress(ctx, f.st.DB, f.org, "reader@example.org", store.SuppressionUnsubscribe); err != nil {
+		t.Fatal(err)
+	}
+	// arf-yahoo.eml names reader@ (Original-Rcpt-To), sent to the
+	// email-wide return path, which may concern any recipient.
+	if res := f.handle(t, f.receive(t, "arf-yahoo.eml", true, "fbl@isp.example")); res.Kind != store.InboundARF || res.Effects != 0 {
+		t.Fatalf("the complaint: %+v, want no effect", res)
+	}
+	if got := f.suppressed(t); got["reader@example.org"] != store.SuppressionUnsubscribe {
+		t.Fatalf("suppressions %v, want reader@ still unsubscribe", got)
+	}
+	if n := f.events(t)["complained"]; n != 0 {
+		t.Fatalf("%d complained events", n)
+	}
+}
+
+// A message that can record nothing (an auto-reply to a return path) does
+// not start the email's pending webhook deliveries again: each such
+// message, which anyone who knows a return path may send, made one start
+// per pending delivery of the email.
+func TestAutoReplyStartsNoDeliveries(t *testing.T) {
+	f := newInboundFixture(t, "reader@example.org")
+	ctx := context.Background()
+	hook := &store.Webhook{OrganizationID: f.org, URL: "https://hooks.shop.example/mailyard", EventTypes: store.EventTypes{"complained"}}
+	if err := f.st.CreateWebhook(ctx, hook, 20, func(int64) ([]byte, error) { return []byte("sealed"), nil }); err != nil {
+		t.Fatal(err)
+	}
+	temporalC, err := client.Dial(client.Options{HostPort: testenv.OwnTemporal(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer temporalC.Close()
+	// A complaint whose delivery could not start leaves it pending.
+	tc := &flakyTemporal{Client: temporalC, refuse: 1}
+	f.a.Runs = &deliveryruns.Runs{Temporal: tc, Store: f.st}
+	if _, err := f.a.Handle(ctx, inbound.HandleInput{InboundID: f.receive(t, "arf-yahoo.eml", true, "fbl@isp.example")}); err == nil {
+		t.Fatal("the complaint's delivery started")
+	}
+	if res := f.handle(t, f.receive(t, "ooo-auto-submitted.eml", true, "")); res.Kind != store.InboundAutoReply {
+		t.Fatalf("the auto-reply: %+v", res)
+	}
+	if len(tc.started) != 0 {
+		t.Fatalf("the auto-reply started %v", tc.started)
 	}
 }

@@ -100,7 +100,7 @@ func benchInbound(ctx context.Context, out io.Writer) error {
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	runs := &deliveryruns.Runs{Temporal: tc, Store: st, Logger: discard}
 	ew := sdkworker.New(tc, email.TaskQueue, worker.PollerOptions())
-	worker.RegisterInbound(ew, &activities.Inbound{Store: st, Runs: runs, Logger: discard})
+	worker.RegisterInbound(ew, &activities.Inbound{Store: st, Runs: runs, Tags: tags, Logger: discard})
 	dw := sdkworker.New(tc, delivery.TaskQueue, worker.PollerOptions())
 	worker.RegisterWebhooks(dw, &activities.Webhooks{Store: st, Box: box, Client: httpClient})
 	for _, w := range []sdkworker.Worker{ew, dw} {
