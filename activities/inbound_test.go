@@ -359,23 +359,32 @@ func (c *flakyTemporal) ExecuteWorkflow(ctx context.Context, opts client.StartWo
 	return run, err
 }
 
-// A complaint sent to fbl@ whose webhook deliveries could not be started
-// gets them started when the step is retried, although the message is
-// handled by then: the handling recorded the email the complaint named.
-func TestHandleRetriedComplaintStartsItsDeliveries(t *testing.T) {
-	f := newInboundFixture(t, "reader@example.org")
-	ctx := context.Background()
+// complaintsWebhook subscribes a webhook to complained events and starts
+// the fixture's deliveries through a client of the package's own Temporal
+// server that refuses its first start.
+func (f *inboundFixture) complaintsWebhook(t *testing.T) (*flakyTemporal, client.Client) {
+	t.Helper()
 	hook := &store.Webhook{OrganizationID: f.org, URL: "https://hooks.shop.example/mailyard", EventTypes: store.EventTypes{"complained"}}
-	if err := f.st.CreateWebhook(ctx, hook, 20, func(int64) ([]byte, error) { return []byte("sealed"), nil }); err != nil {
+	if err := f.st.CreateWebhook(context.Background(), hook, 20, func(int64) ([]byte, error) { return []byte("sealed"), nil }); err != nil {
 		t.Fatal(err)
 	}
 	temporalC, err := client.Dial(client.Options{HostPort: testenv.OwnTemporal(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer temporalC.Close()
+	t.Cleanup(temporalC.Close)
 	tc := &flakyTemporal{Client: temporalC, refuse: 1}
 	f.a.Runs = &deliveryruns.Runs{Temporal: tc, Store: f.st}
+	return tc, temporalC
+}
+
+// A complaint sent to fbl@ whose webhook deliveries could not be started
+// gets them started when the step is retried, although the message is
+// handled by then: the handling recorded the email the complaint named.
+func TestHandleRetriedComplaintStartsItsDeliveries(t *testing.T) {
+	f := newInboundFixture(t, "reader@example.org")
+	ctx := context.Background()
+	tc, temporalC := f.complaintsWebhook(t)
 
 	id := f.receive(t, "arf-yahoo.eml", false, "fbl@isp.example")
 	if _, err := f.a.Handle(ctx, inbound.HandleInput{InboundID: id}); err == nil {
@@ -536,18 +545,8 @@ func TestComplaintAboutASuppressedRecipientIsLeftAlone(t *testing.T) {
 func TestAutoReplyStartsNoDeliveries(t *testing.T) {
 	f := newInboundFixture(t, "reader@example.org")
 	ctx := context.Background()
-	hook := &store.Webhook{OrganizationID: f.org, URL: "https://hooks.shop.example/mailyard", EventTypes: store.EventTypes{"complained"}}
-	if err := f.st.CreateWebhook(ctx, hook, 20, func(int64) ([]byte, error) { return []byte("sealed"), nil }); err != nil {
-		t.Fatal(err)
-	}
-	temporalC, err := client.Dial(client.Options{HostPort: testenv.OwnTemporal(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer temporalC.Close()
 	// A complaint whose delivery could not start leaves it pending.
-	tc := &flakyTemporal{Client: temporalC, refuse: 1}
-	f.a.Runs = &deliveryruns.Runs{Temporal: tc, Store: f.st}
+	tc, _ := f.complaintsWebhook(t)
 	if _, err := f.a.Handle(ctx, inbound.HandleInput{InboundID: f.receive(t, "arf-yahoo.eml", true, "fbl@isp.example")}); err == nil {
 		t.Fatal("the complaint's delivery started")
 	}

@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/client"
-
-	"github.com/mailyard/mailyard/api"
 	"github.com/mailyard/mailyard/internal/store"
 	"github.com/mailyard/mailyard/internal/testenv"
 )
@@ -241,13 +238,7 @@ func TestIngestWhileTemporalIsDown(t *testing.T) {
 	_, secret := h.createWebhook(h.adminKey, rcv.URL+"/a", "bounced")
 	rcv.expect("/a", secret)
 
-	dead, err := client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dead.Close)
-	down := api.New(api.Deps{Config: h.cfg, Store: h.store, Temporal: dead, Logger: discardLogger()})
-	downSrv := httpServer(t, down.InternalHandler())
+	downSrv := httpServer(t, h.apiWithTemporalAt("127.0.0.1:1").InternalHandler())
 	post(t, downSrv.URL, "/internal/v1/events", internalToken, event("e-down", "shop.example", "bounced")).expectError(t, 503, "unavailable")
 
 	ids := deliveryIDs(t, post(t, h.internal().URL, "/internal/v1/events", internalToken, event("e-down", "shop.example", "bounced")), 202)
@@ -294,12 +285,7 @@ func TestEventSentAgainStartsAFailedRetry(t *testing.T) {
 	rcv.waitFor(t, ids[0], 1)
 	h.waitStatus(webhookID, ids[0], store.DeliveryDelivered)
 
-	dead, err := client.NewLazyClient(client.Options{HostPort: "127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dead.Close)
-	down := httpServer(t, api.New(api.Deps{Config: h.cfg, Store: h.store, Temporal: dead, Logger: discardLogger()}).Handler())
+	down := httpServer(t, h.apiWithTemporalAt("127.0.0.1:1").Handler())
 	retry := fmt.Sprintf("/api/v1/webhooks/%d/deliveries/%s/retry", webhookID, ids[0])
 	failRetry := func() {
 		t.Helper()

@@ -205,3 +205,16 @@ func (r response) data(t *testing.T, status int) map[string]any {
 	}
 	return d
 }
+
+// apiWithTemporalAt is an API on the harness's store and configuration
+// whose Temporal client dials addr, lazily: the tests of what happens while
+// Temporal cannot be reached give an address where it cannot.
+func (h *harness) apiWithTemporalAt(addr string) *api.Server {
+	h.t.Helper()
+	tc, err := client.NewLazyClient(client.Options{HostPort: addr})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(tc.Close)
+	return api.New(api.Deps{Config: h.cfg, Store: h.store, Temporal: tc, Logger: discardLogger()})
+}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -88,12 +87,7 @@ func TestVerifyWithoutTemporalIsUnavailable(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 		}
 	}()
-	dead, err := client.NewLazyClient(client.Options{HostPort: silent.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(dead.Close)
-	down := httpServer(t, api.New(api.Deps{Config: h.cfg, Store: h.store, Temporal: dead, Logger: discardLogger()}).Handler())
+	down := httpServer(t, h.apiWithTemporalAt(silent.Addr().String()).Handler())
 	pending := h.domainInStatus(h.orgID, "pending.example", store.DomainPending)
 	h.doAt(down.URL, "POST", fmt.Sprintf("/api/v1/domains/%d/verify", pending), h.adminKey, nil, nil).expectError(t, 503, "unavailable")
 }
