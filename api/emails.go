@@ -53,16 +53,17 @@ func (a *Addresses) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(b, (*[]string)(a))
 }
 
-// Schema documents the field as a string or an array of strings.
+// Schema documents the field as a string or an array of strings. The
+// limits are in the description, and checked by mailmsg.Validate: there a
+// refusal names the entry (body.to[3]) beside the request's other problems,
+// where the schema's would name the field alone, and hide the others.
 func (Addresses) Schema(huma.Registry) *huma.Schema {
-	str := &huma.Schema{Type: huma.TypeString, MaxLength: ptr(998)}
+	str := &huma.Schema{Type: huma.TypeString}
 	return &huma.Schema{
-		Description: "One address (`addr` or `Name <addr>`) or an array of them.",
-		OneOf:       []*huma.Schema{str, {Type: huma.TypeArray, Items: str, MaxItems: ptr(50)}},
+		Description: "One address (`addr` or `Name <addr>`) or an array of them: at most 50 entries, each of at most 998 characters.",
+		OneOf:       []*huma.Schema{str, {Type: huma.TypeArray, Items: str}},
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // EmailAttachment is one attachment of Send email.
 type EmailAttachment struct {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,13 @@ func TestSendToBccOnly(t *testing.T) {
 	// null is a field left out: before, it was one empty address (422).
 	body["to"], body["cc"], body["reply_to"] = nil, nil, nil
 	h.do("POST", "/api/v1/emails", sendKey, body).data(t, 202)
+
+	// An overlong entry is named, beside the request's other problems:
+	// before, the schema refused the whole field and hid the rest.
+	long := map[string]any{"from": "not an address", "to": []string{"b@x.example", strings.Repeat("n", 985) + " <c@x.example>"}, "subject": "hi", "text": "hello"}
+	if got := h.do("POST", "/api/v1/emails", sendKey, long).detailLocations(); !slices.Equal(got, []string{"body.from", "body.to[1]"}) {
+		t.Fatalf("an overlong entry and a bad sender: details at %v", got)
+	}
 
 	delete(body, "bcc")
 	res := h.do("POST", "/api/v1/emails", sendKey, body)

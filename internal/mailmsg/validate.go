@@ -14,8 +14,12 @@ import (
 
 // Limits of a send request.
 const (
-	// MaxRecipients is the most distinct addresses in to, cc and bcc together.
+	// MaxRecipients is the most distinct addresses in to, cc and bcc
+	// together, and the most entries in each of them.
 	MaxRecipients = 50
+	// maxAddressLength is the longest entry of an address list, display
+	// name included: a header line's (RFC 5322 §2.1.1).
+	maxAddressLength = 998
 	// MaxSubject is the longest subject, in characters: the line length limit
 	// of RFC 5322 §2.1.1.
 	MaxSubject = 998
@@ -216,10 +220,19 @@ func (v *validator) address(location, s string) (mail.Address, bool) {
 func hasLineSeparator(s string) bool { return strings.ContainsAny(s, "\u2028\u2029") }
 
 // addresses parses the entries of one address list, skipping addresses
-// already in seen (and adding the new ones to it).
+// already in seen (and adding the new ones to it). A list of more than
+// MaxRecipients entries is refused whole, before any is parsed.
 func (v *validator) addresses(location string, list []string, seen map[string]bool) []mail.Address {
+	if len(list) > MaxRecipients {
+		v.add(location, fmt.Sprintf("%d entries; the maximum is %d in one field", len(list), MaxRecipients))
+		return nil
+	}
 	var out []mail.Address
 	for i, s := range list {
+		if n := utf8.RuneCountInString(s); n > maxAddressLength {
+			v.add(fmt.Sprintf("%s[%d]", location, i), fmt.Sprintf("the address is %d characters long; the maximum is %d", n, maxAddressLength))
+			continue
+		}
 		a, ok := v.address(fmt.Sprintf("%s[%d]", location, i), s)
 		if !ok {
 			continue

@@ -87,7 +87,7 @@ func TestValidateAccepts(t *testing.T) {
 			}
 		}},
 		{"51 entries of which two are the same address", func(r *Request) {
-			r.To = append(addrs(50, "to%d@x.example"), "TO7@x.example")
+			r.To, r.Cc = addrs(50, "to%d@x.example"), []string{"TO7@x.example"}
 		}, func(t *testing.T, m *Message) {
 			if n := len(m.Recipients()); n != 50 {
 				t.Errorf("%d recipients, want 50", n)
@@ -253,6 +253,12 @@ func TestValidateRejects(t *testing.T) {
 			[]FieldError{{"body.headers.X-Order(1)", "no spaces, colons or brackets"}}},
 		{"a header name with a slash", func(r *Request) { r.Headers = map[string]string{"X-a/b": "v"} },
 			[]FieldError{{"body.headers.X-a/b", "no spaces, colons or brackets"}}},
+		// Checked here, so that each entry is named beside the request's
+		// other problems: the schema named the field alone.
+		{"51 entries in one field", func(r *Request) { r.Cc = append(addrs(50, "cc%d@x.example"), "more@x.example") },
+			[]FieldError{{"body.cc", "the maximum is 50 in one field"}}},
+		{"a 999-character entry", func(r *Request) { r.To = []string{"a@x.example", strings.Repeat("n", 985) + " <b@x.example>"} },
+			[]FieldError{{"body.to[1]", "the maximum is 998"}}},
 		{"a subject with a line separator", func(r *Request) { r.Subject = "Hello\u2028Bcc: x@y.example" },
 			[]FieldError{{"body.subject", "line break"}}},
 		{"a display name with a paragraph separator", func(r *Request) { r.To = []string{"Ada\u2029Lovelace <ada@example.org>"} },
