@@ -23,7 +23,9 @@ import (
 // context.DeadlineExceeded) was not recognized, and both answered 503.
 func TestSlowLifecycleWorkflowsAreAnsweredFromTheStore(t *testing.T) {
 	h := newHarness(t)
-	api.ShortenLifecycleBudgets(t, 2*time.Second)
+	// Long enough for the new worker's first workflow task on a loaded
+	// machine: the fallback is only for an update the run accepted.
+	api.ShortenLifecycleBudgets(t, 6*time.Second)
 	// Workflows that accept their updates and never finish them.
 	never := func(ctx workflow.Context) error { return workflow.Await(ctx, func() bool { return false }) }
 	w := sdkworker.New(h.temporal, rotation.TaskQueue, sdkworker.Options{})
