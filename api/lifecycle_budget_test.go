@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/mailyard/mailyard/api"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/testenv"
 	"github.com/mailyard/mailyard/workflows/onboarding"
 	"github.com/mailyard/mailyard/workflows/rotation"
 )
@@ -75,21 +75,8 @@ func TestSlowLifecycleWorkflowsAreAnsweredFromTheStore(t *testing.T) {
 func TestVerifyWithoutTemporalIsUnavailable(t *testing.T) {
 	h := newHarness(t)
 	api.ShortenLifecycleBudgets(t, 2*time.Second)
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { silent.Close() })
-	go func() {
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { c.Close() })
-		}
-	}()
-	down := httpServer(t, h.apiWithTemporalAt(silent.Addr().String()).Handler())
+	silent, _ := testenv.SilentServer(t, "127.0.0.1:0", false)
+	down := httpServer(t, h.apiWithTemporalAt(silent).Handler())
 	pending := h.domainInStatus(h.orgID, "pending.example", store.DomainPending)
 	h.doAt(down.URL, "POST", fmt.Sprintf("/api/v1/domains/%d/verify", pending), h.adminKey, nil, nil).expectError(t, 503, "unavailable")
 }

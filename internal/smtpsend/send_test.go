@@ -289,7 +289,7 @@ func TestRefusalsForTheWholeTransaction(t *testing.T) {
 }
 
 func TestSilentServerIsDeferredWithinCommandTimeout(t *testing.T) {
-	addr, conns := silentServer(t, false)
+	addr, conns := testenv.SilentServer(t, "127.0.0.1:0", false)
 	_, port, _ := net.SplitHostPort(addr)
 	p, _ := strconv.Atoi(port)
 	s := mxSender(t, exampleZone(t), p)
@@ -325,7 +325,7 @@ func TestServerHangingAfterDataIsDeferred(t *testing.T) {
 
 func TestDroppedConnectionIsDeferred(t *testing.T) {
 	t.Run("at once", func(t *testing.T) {
-		addr, conns := silentServer(t, true)
+		addr, conns := testenv.SilentServer(t, "127.0.0.1:0", true)
 		_, port, _ := net.SplitHostPort(addr)
 		p, _ := strconv.Atoi(port)
 		s := mxSender(t, exampleZone(t), p)
@@ -529,20 +529,7 @@ func TestMXPreferenceOrderAndFallback(t *testing.T) {
 func TestSilentPreferredExchangerLeavesTimeForTheNext(t *testing.T) {
 	backup := startServer(t, serverOptions{})
 	for _, host := range []string{"127.0.0.2", "127.0.0.3"} {
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(backup.port)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				t.Cleanup(func() { c.Close() }) // accepted, never answered
-			}
-		}()
+		testenv.SilentServer(t, net.JoinHostPort(host, strconv.Itoa(backup.port)), false)
 	}
 	zone := dnsZone(t,
 		"example.test. 60 IN MX 10 silent.example.test.",

@@ -210,48 +210,6 @@ func smtpError(code int, enhanced smtp.EnhancedCode, msg string) error {
 	return &smtp.SMTPError{Code: code, EnhancedCode: enhanced, Message: msg}
 }
 
-// silentServer accepts connections and never says anything; hangup makes
-// it close them at once instead.
-func silentServer(t *testing.T, hangup bool) (addr string, conns func() int) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var open []net.Conn
-	count := 0
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			count++
-			if hangup {
-				_ = c.Close()
-			} else {
-				open = append(open, c)
-			}
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range open {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String(), func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		return count
-	}
-}
-
 // testPKI is a certificate authority and a server certificate it issued.
 type testPKI struct {
 	pool   *x509.CertPool
