@@ -149,13 +149,13 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 
 	deadline := time.Now().Add(s.idempotencyWait)
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
-		row, err := s.store.ClaimIdempotencyKey(ctx.Context(), orgID, key, fingerprint, idempotencyLock, idempotencyRetention)
+		held, row, err := s.store.ClaimIdempotencyKey(ctx.Context(), orgID, key, fingerprint, idempotencyLock, idempotencyRetention)
 		if err != nil {
 			fail(err)
 			return
 		}
 		if row == nil {
-			s.answerOnce(rec, next, &idempotencyClaim{orgID: orgID, key: key, binding: binding})
+			s.answerOnce(rec, next, &idempotencyClaim{held: held, binding: binding})
 			return
 		}
 		if !bytes.Equal(row.Fingerprint, fingerprint) {
@@ -187,8 +187,7 @@ func (s *Server) idempotency(ctx huma.Context, next func(huma.Context)) {
 // idempotencyClaim is the key a request claimed, for the operation it runs
 // (answerInTx).
 type idempotencyClaim struct {
-	orgID   int64
-	key     string
+	held    store.IdempotencyClaim
 	binding []byte
 	// savedInTx: the operation stored its answer in its own transaction.
 	savedInTx atomic.Bool
@@ -200,7 +199,7 @@ type idempotencyClaimKey struct{}
 // it runs, and keeps its answer, or releases the key when the answer is worth
 // retrying (or the handler panics).
 func (s *Server) answerOnce(rec *recordingContext, next func(huma.Context), claim *idempotencyClaim) {
-	orgID, key, binding := claim.orgID, claim.key, claim.binding
+	held, binding := claim.held, claim.binding
 	ctx := context.WithoutCancel(rec.innerContext.Context())
 	answered := false
 	renewing := make(chan struct{})
@@ -210,7 +209,7 @@ func (s *Server) answerOnce(rec *recordingContext, next func(huma.Context), clai
 		if answered {
 			return
 		}
-		if err := s.store.ReleaseIdempotencyKey(ctx, orgID, key); err != nil {
+		if err := s.store.ReleaseIdempotencyKey(ctx, held); err != nil {
 			s.logger.ErrorContext(ctx, "releasing an idempotency key", "request_id", RequestID(ctx), "error", err)
 		}
 	}()
@@ -230,9 +229,9 @@ func (s *Server) answerOnce(rec *recordingContext, next func(huma.Context), clai
 			if claim.savedInTx.Load() && status >= 200 && status < 300 {
 				// The operation committed with its answer; keep the answer as
 				// it was sent, headers included.
-				err = s.store.ReplaceIdempotentResponse(ctx, orgID, key, status, sealed)
+				err = s.store.ReplaceIdempotentResponse(ctx, held, status, sealed)
 			} else {
-				err = s.store.SaveIdempotentResponse(ctx, orgID, key, status, sealed)
+				err = s.store.SaveIdempotentResponse(ctx, held, status, sealed)
 			}
 		}
 	}
@@ -259,7 +258,7 @@ func (s *Server) undoAnswerInTx(ctx context.Context) error {
 	if !ok || !claim.savedInTx.Load() {
 		return nil
 	}
-	if err := s.store.UnanswerIdempotencyKey(ctx, claim.orgID, claim.key); err != nil {
+	if err := s.store.UnanswerIdempotencyKey(ctx, claim.held); err != nil {
 		return err
 	}
 	claim.savedInTx.Store(false)
@@ -275,18 +274,18 @@ func (s *Server) renewIdempotencyClaim(ctx context.Context, claim *idempotencyCl
 		case <-done:
 			return
 		case <-t.C:
-			if err := s.store.ExtendIdempotencyClaim(ctx, claim.orgID, claim.key, idempotencyLock); err != nil {
+			if err := s.store.ExtendIdempotencyClaim(ctx, claim.held, idempotencyLock); err != nil {
 				s.logger.WarnContext(ctx, "renewing an idempotency key's claim", "request_id", RequestID(ctx), "error", err)
 			}
 		}
 	}
 }
 
-// errAnsweredMeanwhile: the key's claim was taken over while this request ran
-// (its lock ran out) and the other request answered first; this request's
-// operation is rolled back.
-var errAnsweredMeanwhile = apperr.Errorf(apperr.IdempotencyInProgress, "idempotency key",
-	"a request with this Idempotency-Key was answered meanwhile; retry to get its answer")
+// errClaimTakenOver: the key's claim was taken over while this request ran
+// (its lock ran out, the request's process having stalled), and the other
+// request runs the operation; this request's is rolled back.
+var errClaimTakenOver = apperr.Errorf(apperr.IdempotencyInProgress, "idempotency key",
+	"another request with this Idempotency-Key took it over while this one ran; retry to get its answer")
 
 // answerInTx makes the store's creation run with the returned context store
 // the request's idempotent answer in its own transaction (store.WithCommitHook):
@@ -312,12 +311,12 @@ func (s *Server) answerInTx(ctx context.Context, status int, answer func() any) 
 		if err != nil {
 			return err
 		}
-		saved, err := store.SaveIdempotentResponseIn(ctx, tx, claim.orgID, claim.key, status, sealed)
+		saved, err := store.SaveIdempotentResponseIn(ctx, tx, claim.held, status, sealed)
 		if err != nil {
 			return err
 		}
 		if !saved {
-			return errAnsweredMeanwhile
+			return errClaimTakenOver
 		}
 		claim.savedInTx.Store(true)
 		return nil

@@ -201,7 +201,7 @@ func TestIdempotencyKeyRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	fp := api.RequestFingerprint(admin.ID, "POST", "/api/v1/webhooks", []byte(webhookBody))
-	if row, err := h.store.ClaimIdempotencyKey(ctx, h.orgID, "busy", fp, time.Minute, 24*time.Hour); err != nil || row != nil {
+	if _, row, err := h.store.ClaimIdempotencyKey(ctx, h.orgID, "busy", fp, time.Minute, 24*time.Hour); err != nil || row != nil {
 		t.Fatalf("claim: %v %v", row, err)
 	}
 	began := time.Now()
