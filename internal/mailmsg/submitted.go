@@ -44,7 +44,15 @@ var (
 	// §2.1.1 forbids it; relays on the way wrap or refuse such lines, and a
 	// wrapped line breaks the DKIM signature Mailyard adds.
 	ErrLongLine = errors.New("a line of the message is longer than 998 characters")
+	// ErrManyFields is a header section of more than maxHeaderFields
+	// fields: each is a map entry while the message is read and signed, so
+	// a 10 MiB header of short fields would cost hundreds of megabytes.
+	ErrManyFields = fmt.Errorf("the message header has more than %d fields", maxHeaderFields)
 )
+
+// maxHeaderFields bounds the fields of a submitted message's header; real
+// messages have tens (Received fields included).
+const maxHeaderFields = 1000
 
 // RepeatedFieldError is a header field that may appear once (RFC 5322
 // §3.6), given twice.
@@ -86,9 +94,21 @@ func PrepareSubmitted(raw []byte, emailID, domain string, now time.Time, utf8 bo
 	if !utf8 && !isASCII(string(head)) {
 		return nil, info, ErrNonASCII
 	}
+	if fieldCount(head) > maxHeaderFields {
+		return nil, info, ErrManyFields
+	}
 	h, err := textproto.NewReader(bufio.NewReader(bytes.NewReader(append(head[:len(head):len(head)], '\r', '\n')))).ReadMIMEHeader()
 	if err != nil {
 		return nil, info, fmt.Errorf("%w: %v", ErrBadHeader, err)
+	}
+	for name := range h {
+		// net/textproto keeps "From : x" apart, under "From ": a second
+		// From (or Subject, To...) that the checks below would not see,
+		// while receivers read it as one (RFC 5322's obsolete syntax
+		// allows the space) and DKIM signs it as one.
+		if strings.ContainsAny(name, " \t") {
+			return nil, info, fmt.Errorf("%w: white space before the colon of field %q", ErrBadHeader, strings.TrimSpace(name))
+		}
 	}
 	for _, name := range onceFields {
 		if len(h[name]) > 1 {
@@ -214,6 +234,18 @@ func displayAddress(a mail.Address) string {
 		return a.Address
 	}
 	return a.Name + " <" + a.Address + ">"
+}
+
+// fieldCount is how many fields a header section has: its lines that do
+// not continue the one before.
+func fieldCount(head []byte) int {
+	n := 0
+	for line := range bytes.Lines(head) {
+		if line[0] != ' ' && line[0] != '\t' {
+			n++
+		}
+	}
+	return n
 }
 
 // hasLongLine says whether raw (CRLF lines, as an SMTP server hands it

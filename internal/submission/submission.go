@@ -61,7 +61,8 @@ var (
 	errNeedsUTF8    = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 6, 7}, Message: "Non-ASCII header fields need SMTPUTF8 (MAIL FROM ... SMTPUTF8)"}
 	errBadHeader    = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 6, 0}, Message: "The message needs a header with exactly one From address"}
 	errLongLine     = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 6, 0}, Message: "A line of the message is longer than 998 characters (RFC 5322 2.1.1): encode the body as quoted-printable or base64"}
-	errUnreadable   = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 6, 0}, Message: "The message header cannot be read: each field is a name, a colon and printable text (RFC 5322)"}
+	errUnreadable   = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 6, 0}, Message: "The message header cannot be read: each field is a name, a colon right after it, and printable text (RFC 5322)"}
+	errManyFields   = &smtp.SMTPError{Code: 552, EnhancedCode: smtp.EnhancedCode{5, 3, 4}, Message: "The message header has more than 1000 fields"}
 	// errControl is permanent: the API refuses the same text with a 422,
 	// and a NUL could never be stored, so a 451 would be retried for ever.
 	errControl = &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 6, 0}, Message: "The Subject or the From display name contains a control character"}
@@ -267,6 +268,8 @@ func (s *session) Data(r io.Reader) error {
 		return errUnreadable
 	case errors.Is(err, mailmsg.ErrLongLine):
 		return errLongLine
+	case errors.Is(err, mailmsg.ErrManyFields):
+		return errManyFields
 	case errors.As(err, &repeated):
 		return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 6, 0},
 			Message: "The message header has more than one " + repeated.Field + " field (RFC 5322 allows one)"}

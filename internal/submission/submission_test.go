@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -212,6 +213,52 @@ func TestRepeatedHeaderFieldsRefused(t *testing.T) {
 	}
 	if _, err := sendWithHeader(c, "From: billing@shop.example\r\nTo: ada@rcpt.example\r\nBcc: a@x.example\r\nBcc: b@x.example\r\n"); err != nil {
 		t.Fatalf("two Bcc fields, which are removed: %v", err)
+	}
+}
+
+// A field name followed by white space before its colon ("From : x") is
+// refused: net/textproto keeps it apart from "From", so the checks above
+// would not see a second From at another domain that receivers read as one
+// and the DKIM signature covers.
+func TestSpaceBeforeColonRefused(t *testing.T) {
+	f := newFixture(t, config.RateLimit{})
+	c := f.login(t, sasl.NewPlainClient("", f.user, f.secret))
+	for _, header := range []string{
+		"From: billing@shop.example\r\nFrom : ceo@bank.example\r\nTo: ada@rcpt.example\r\n",
+		"From : ceo@bank.example\r\nFrom: billing@shop.example\r\nTo: ada@rcpt.example\r\n",
+		"From: billing@shop.example\r\nSubject: a\r\nSubject : b\r\nTo: ada@rcpt.example\r\n",
+	} {
+		_, err := sendWithHeader(c, header)
+		var reply *gosmtp.SMTPError
+		if !errors.As(err, &reply) || reply.Code != 550 || reply.EnhancedCode != (gosmtp.EnhancedCode{5, 6, 0}) {
+			t.Errorf("%q: %v, want 550 5.6.0", header, err)
+		}
+	}
+	if n, err := f.st.DB.NewSelect().Model((*store.Email)(nil)).Count(context.Background()); err != nil || n != 0 {
+		t.Fatalf("%d emails stored (%v), want none", n, err)
+	}
+}
+
+// A header of more than 1,000 fields is refused before it is read into a
+// map: 10 MiB of short fields would cost the process hundreds of megabytes.
+func TestHeaderOfTooManyFieldsRefused(t *testing.T) {
+	f := newFixture(t, config.RateLimit{})
+	c := f.login(t, sasl.NewPlainClient("", f.user, f.secret))
+	base := "From: billing@shop.example\r\nTo: ada@rcpt.example\r\n"
+	many := func(n int) string {
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, "X-F%d: v\r\n", i)
+		}
+		return b.String()
+	}
+	_, err := sendWithHeader(c, base+many(999))
+	var reply *gosmtp.SMTPError
+	if !errors.As(err, &reply) || reply.Code != 552 || reply.EnhancedCode != (gosmtp.EnhancedCode{5, 3, 4}) {
+		t.Fatalf("1,001 fields: %v, want 552 5.3.4", err)
+	}
+	if _, err := sendWithHeader(c, base+many(998)); err != nil {
+		t.Fatalf("1,000 fields: %v", err)
 	}
 }
 
