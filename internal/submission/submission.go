@@ -136,12 +136,12 @@ func (s *session) Auth(mech string) (sasl.Server, error) {
 	}
 	switch mech {
 	case sasl.Plain:
-		return sasl.NewPlainServer(func(identity, username, password string) error {
+		return unreadableFails{sasl.NewPlainServer(func(identity, username, password string) error {
 			if identity != "" && identity != username {
 				return s.fail()
 			}
 			return s.authenticate(username, password)
-		}), nil
+		}), s.fail}, nil
 	case sasl.Login:
 		return &loginServer{auth: s.authenticate}, nil
 	}
@@ -328,6 +328,23 @@ func atDomain(addr, domain string) bool {
 	}
 	host := strings.ToLower(addr[at+1:])
 	return host == domain || strings.HasSuffix(host, "."+domain)
+}
+
+// unreadableFails answers a response its mechanism cannot read (a PLAIN
+// blob without its two NULs, "user:pass" from a misconfigured client) as a
+// failed AUTH, 535 and counted, instead of go-smtp's temporary 454, which the
+// client would retry for ever (docs/submission.md).
+type unreadableFails struct {
+	sasl.Server
+	fail func() error
+}
+
+func (u unreadableFails) Next(response []byte) ([]byte, bool, error) {
+	challenge, done, err := u.Server.Next(response)
+	if _, reply := err.(*smtp.SMTPError); err != nil && !reply {
+		return nil, true, u.fail()
+	}
+	return challenge, done, err
 }
 
 // loginServer is the server side of AUTH LOGIN (draft-murchison-sasl-login),

@@ -141,6 +141,31 @@ func TestLoginAndTemporalDown(t *testing.T) {
 	})
 }
 
+// A PLAIN response without its two NULs ("user:pass" from a misconfigured
+// client) is a failed AUTH, 535 5.7.8 and counted, not go-smtp's temporary
+// 454 that the client would retry for ever.
+func TestUnreadablePlainResponseFails(t *testing.T) {
+	f := newFixture(t, config.RateLimit{})
+	c, err := gosmtp.Dial(f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for i, want := range []int{535, 535, 421} {
+		err := c.Auth(rawPlain(f.user + ":" + f.secret))
+		var reply *gosmtp.SMTPError
+		if !errors.As(err, &reply) || reply.Code != want || want == 535 && reply.EnhancedCode != (gosmtp.EnhancedCode{5, 7, 8}) {
+			t.Fatalf("unreadable response %d: %v, want %d", i+1, err, want)
+		}
+	}
+}
+
+// rawPlain is a SASL client that sends its response to AUTH PLAIN as it is.
+type rawPlain string
+
+func (r rawPlain) Start() (string, []byte, error) { return sasl.Plain, []byte(r), nil }
+func (r rawPlain) Next([]byte) ([]byte, error)    { return nil, errors.New("unexpected challenge") }
+
 // Each message spends one request of the key's rate limit, at MAIL FROM.
 func TestRateLimitPerMessage(t *testing.T) {
 	f := newFixture(t, config.RateLimit{Requests: 2, Per: time.Hour})
