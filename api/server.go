@@ -135,7 +135,7 @@ func New(d Deps) *Server {
 	// The reference UI from the binary (Huma's own /docs loads it from a CDN).
 	docsui.Register(mux, docsui.Options{Path: "/docs", Title: "Mailyard API Reference", OpenAPIURL: "/openapi.json"})
 
-	s.handler = withMetrics(withRequestID(d.Logger, withEnvelopedFallbacks(mux)))
+	s.handler = withMetrics(withRequestID(d.Logger, withoutBodylessReadDeadlines(withEnvelopedFallbacks(mux))))
 	return s
 }
 
