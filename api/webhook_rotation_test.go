@@ -135,7 +135,7 @@ func TestSecretRotationWithOverlap(t *testing.T) {
 }
 
 // A secret that cannot be decrypted (MAILYARD_ENCRYPTION_KEY changed) cannot
-// be kept signing: a rotation that would keep it is refused with a 409
+// be shown (409, not 500) nor kept signing: a rotation that would keep it is refused with a 409
 // saying how to rotate, and one with expire_previous_in_seconds 0 replaces
 // it, after which deliveries are signed again.
 func TestRotatingAnUnreadableSecret(t *testing.T) {
@@ -147,6 +147,11 @@ func TestRotatingAnUnreadableSecret(t *testing.T) {
 	sealed, _ := other.Seal([]byte("whsec_c2VhbGVkIGVsc2V3aGVyZQ=="), store.WebhookSecretBinding(id))
 	if _, err := h.store.DB.NewUpdate().Model((*store.Webhook)(nil)).Set("secret_enc = ?", sealed).Where("id = ?", id).Exec(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	shown := h.do("GET", fmt.Sprintf("/api/v1/webhooks/%d/secret", id), h.adminKey, nil)
+	shown.expectError(t, 409, "conflict")
+	if !strings.Contains(string(shown.Raw), "expire_previous_in_seconds 0") {
+		t.Fatalf("409 without the way out: %s", shown.Raw)
 	}
 	rotate := fmt.Sprintf("/api/v1/webhooks/%d/secret/rotate", id)
 	refused := h.do("POST", rotate, h.adminKey, map[string]any{})

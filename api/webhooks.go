@@ -150,7 +150,9 @@ func (s *Server) registerWebhooks() {
 	}, s.deleteWebhook)
 	register(s, huma.Operation{
 		OperationID: "get-webhook-secret", Method: http.MethodGet, Path: "/api/v1/webhooks/{id}/secret",
-		Summary: "Get signing secret", Tags: tags, Errors: []int{http.StatusNotFound},
+		Summary: "Get signing secret", Tags: tags, Errors: []int{http.StatusNotFound, http.StatusConflict},
+		Description: "Shows the webhook's current signing secret. A secret this server cannot decrypt (MAILYARD_ENCRYPTION_KEY changed) is 409 conflict: " +
+			"restore the key, or rotate the secret with expire_previous_in_seconds 0.",
 	}, s.getWebhookSecret)
 	s.registerWebhookDeliveries()
 	s.registerWebhookRecovery()
@@ -238,6 +240,12 @@ func (s *Server) getWebhookSecret(ctx context.Context, in *WebhookIDInput) (*Res
 		return nil, err
 	}
 	secret, err := box.Open(w.SecretEnc, store.WebhookSecretBinding(w.ID))
+	if errors.Is(err, secrets.ErrDecrypt) {
+		// The operator's state to mend, not this server's fault
+		// (docs/webhooks.md), as rotating it says.
+		return nil, apperr.Errorf(apperr.Conflict, "webhook",
+			"the signing secret cannot be decrypted with this server's MAILYARD_ENCRYPTION_KEY; restore the key, or rotate the secret with expire_previous_in_seconds 0")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open signing secret of webhook %d: %w", w.ID, err)
 	}
