@@ -101,6 +101,12 @@ func ingestURL(addr string) string {
 	return "http://" + net.JoinHostPort(host, port) + "/internal/v1/events"
 }
 
+// internalClient reaches the internal listener directly: it carries
+// MAILYARD_INTERNAL_TOKEN and recipients' addresses over plain HTTP, which
+// http.DefaultClient would hand to an HTTP_PROXY of the environment for any
+// address but loopback.
+var internalClient = &http.Client{Transport: &http.Transport{Proxy: nil}}
+
 func emitEvent(ctx context.Context, out io.Writer, url, token string, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -110,7 +116,7 @@ func emitEvent(ctx context.Context, out io.Writer, url, token string, body []byt
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := http.DefaultClient.Do(req)
+	res, err := internalClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("internal listener: %w", err)
 	}
