@@ -148,6 +148,9 @@ func runWorker(ctx context.Context, cfg *config.Config, st *store.Store, tc clie
 	if err != nil {
 		return err
 	}
+	if problem := cfg.SMTP.HELOProblem(); problem != "" {
+		logger.Warn(problem)
+	}
 	return worker.Run(ctx, worker.Deps{Config: cfg, Client: tc, Store: st, Box: box, Logger: logger})
 }
 

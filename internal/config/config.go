@@ -209,6 +209,22 @@ func (s *SMTP) load(port string) []error {
 	return errs
 }
 
+// HELOProblem says why the EHLO name will be refused by many receivers, or
+// "" when it will do: in mx mode it reaches the world, where a name without
+// a domain (a container's or pod's host name, the default) gets 5xx from
+// receivers that check (Postfix's reject_non_fqdn_helo_hostname), and a 5xx
+// hard-bounces and suppresses the recipient (docs/sending.md). Not refused
+// at start: a relay, or a test server, takes any name.
+func (s SMTP) HELOProblem() string {
+	if s.Mode != "mx" || strings.HasPrefix(s.HELO, "[") {
+		return ""
+	}
+	if _, err := domainname.NormalizeHost(s.HELO); err != nil || !strings.Contains(strings.Trim(s.HELO, "."), ".") {
+		return fmt.Sprintf("the EHLO name %q is not a fully qualified host name: receivers that check refuse the mail, and a refusal bounces and suppresses the recipient; set MAILYARD_SMTP_HELO to the name of the sending address's PTR record", s.HELO)
+	}
+	return ""
+}
+
 // hostname is the EHLO name by default: the machine's name, as mail servers
 // expect a name that identifies the sender.
 func hostname() string {
@@ -464,6 +480,14 @@ func (t *Tracking) load(str func(name, def string) string, addr func(name, def s
 		}
 	}
 	t.Host = strings.TrimSuffix(strings.ToLower(str("MAILYARD_TRACKING_HOST", t.urlHost)), ".")
+	// Customers' CNAME records name it (docs/tracking.md): a URL or a port
+	// would be handed out and never verify. (The URL's own host may be an
+	// address, for a development server.)
+	if t.Host != t.urlHost {
+		if _, err := domainname.NormalizeHost(t.Host); err != nil {
+			errs = append(errs, fmt.Errorf("MAILYARD_TRACKING_HOST: %v", err))
+		}
+	}
 	if t.TLSAddr = str("MAILYARD_TRACKING_TLS_ADDR", ""); t.TLSAddr != "" {
 		t.TLSAddr = addr("MAILYARD_TRACKING_TLS_ADDR", "")
 	}
@@ -775,8 +799,10 @@ func RedactURL(raw string) string {
 	if err != nil {
 		return masked(true)
 	}
-	if _, hasPassword := u.User.Password(); !hasPassword {
-		return raw
+	// libpq's form also takes the password as a parameter of the query.
+	if q := u.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = strings.Replace(q.Encode(), "password=xxxxx", "password=***", 1)
 	}
 	// Redacted writes the password as "xxxxx"; shown as the other
 	// secrets' "***" (url.UserPassword would escape the asterisks).

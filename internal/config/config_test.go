@@ -299,8 +299,8 @@ func TestInsecureAuthOnLoopbackOnly(t *testing.T) {
 // The hosts customers' records name must be host names: a space or an
 // underscore would be handed out and fail only in their zones.
 func TestPublicHostsAreHostNames(t *testing.T) {
-	for _, name := range []string{"MAILYARD_DKIM_HOST", "MAILYARD_SPF_HOST", "MAILYARD_BOUNCE_HOST"} {
-		for _, bad := range []string{"a b.example", "bad_host.example", "-x.example", "192.0.2.1"} {
+	for _, name := range []string{"MAILYARD_DKIM_HOST", "MAILYARD_SPF_HOST", "MAILYARD_BOUNCE_HOST", "MAILYARD_TRACKING_HOST"} {
+		for _, bad := range []string{"a b.example", "bad_host.example", "-x.example", "192.0.2.1", "https://t.example.com", "t.example.com:443"} {
 			_, err := LoadFrom(env(map[string]string{name: bad}), Need{})
 			if err == nil || !strings.Contains(err.Error(), name) {
 				t.Errorf("%s=%q: %v, want an error naming the variable", name, bad, err)
@@ -363,6 +363,8 @@ func TestRedactURL(t *testing.T) {
 		"postgres://mailyard@db/x":                                 "postgres://mailyard@db/x",
 		"postgres://db/x":                                          "postgres://db/x",
 		"postgres://u:p%zz@db/x":                                   "(set)",
+		"postgres://mailyard@db/x?password=S3cret&sslmode=disable": "postgres://mailyard@db/x?password=***&sslmode=disable",
+		"postgres://u:p@db/x?password=S3cret":                      "postgres://u:***@db/x?password=***",
 	} {
 		if got := RedactURL(in); got != want {
 			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
@@ -405,5 +407,20 @@ func TestAddressesNeedPortNumbers(t *testing.T) {
 	}
 	if _, err := LoadFrom(env(map[string]string{"MAILYARD_HTTP_ADDR": "127.0.0.1:0", "TEMPORAL_ADDRESS": "[::1]:7233"}), Need{}); err != nil {
 		t.Errorf("a listener on port 0 and an IPv6 Temporal address: %v", err)
+	}
+}
+
+// In mx mode the EHLO name reaches the world: one without a domain (a
+// container's host name, the default) is named as a problem, which the
+// worker logs at start; relay mode takes any name.
+func TestHELOProblem(t *testing.T) {
+	for helo, ok := range map[string]bool{"mail.example.net": true, "Mail.Example.NET.": true, "[192.0.2.25]": true, "3f2a9c1d7e4b": false, "localhost": false, "bad_host.example": false} {
+		s := SMTP{Mode: "mx", HELO: helo}
+		if got := s.HELOProblem() == ""; got != ok {
+			t.Errorf("EHLO %q in mx mode: problem %q, want fine %v", helo, s.HELOProblem(), ok)
+		}
+		if s.Mode = "relay"; s.HELOProblem() != "" {
+			t.Errorf("EHLO %q in relay mode: %q", helo, s.HELOProblem())
+		}
 	}
 }
