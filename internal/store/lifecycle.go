@@ -64,7 +64,8 @@ func (s *Store) inLiveDomainTx(ctx context.Context, id int64, fn func(context.Co
 // DeleteDomainForCustomer takes a domain away from its organization in one
 // transaction: it leaves every list and answers 404 from then on, and every
 // credential scoped to it is revoked (the next request with one gets 401, on
-// every API process, because keys are read from the database on each request).
+// every API process, because keys are read from the database on each request),
+// and the certificates of its custom tracking domain are deleted.
 // The domain is left "deleting" until ConfirmDomainDeleted; calling this again
 // for a domain still deleting returns it unchanged, so a DELETE whose workflow
 // did not start can be repeated.
@@ -85,6 +86,13 @@ func (s *Store) DeleteDomainForCustomer(ctx context.Context, orgID, id int64) (*
 		d.Status, d.DeletedAt = DomainDeleting, &at
 		if _, err := tx.NewUpdate().Model(d).Column("status", "deleted_at").WherePK().Exec(ctx); err != nil {
 			return err
+		}
+		if d.TrackingDomain != nil {
+			// Its custom tracking domain is no longer served; its
+			// certificates go as they go when it is removed.
+			if err := forgetCertificates(ctx, tx, *d.TrackingDomain, d.ID); err != nil {
+				return err
+			}
 		}
 		_, err = tx.NewUpdate().Model((*APIKey)(nil)).
 			Set("status = ?", KeyRevoked).Set("revoked_at = ?", at).

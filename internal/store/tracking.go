@@ -69,16 +69,7 @@ func (s *Store) SetDomainTracking(ctx context.Context, d *Domain, t TrackingSett
 			return nil
 		}
 		if old != nil {
-			// The old name's certificates (autocert's keys: the name, and
-			// +rsa, +token after it) are not served or renewed any more,
-			// unless another domain has the name too: the cache is the
-			// platform's, keyed by name, and another organization's
-			// domain of the same name (which can be added, and pending)
-			// must not take the verified one's certificate away.
-			if _, err := tx.NewDelete().Model((*ACMECacheEntry)(nil)).
-				Where("key IN (?)", bun.List([]string{*old, *old + "+rsa", *old + "+token"})).
-				Where("NOT EXISTS (SELECT 1 FROM domains WHERE tracking_domain = ? AND id <> ? AND deleted_at IS NULL)", *old, d.ID).
-				Exec(ctx); err != nil {
+			if err := forgetCertificates(ctx, tx, *old, d.ID); err != nil {
 				return err
 			}
 		}
@@ -221,4 +212,18 @@ func RecordEngagement(ctx context.Context, tx bun.IDB, emailID string, position 
 		return false, nil, notFound(err, "recipient")
 	}
 	return n == 1, r, nil
+}
+
+// forgetCertificates deletes the cached certificates of a custom tracking
+// domain that domainID no longer has (autocert's keys: the name, and +rsa,
+// +token after it), so they are not served or renewed any more, unless
+// another domain has the name too: the cache is the platform's, keyed by
+// name, and another organization's domain of the same name (which can be
+// added, and pending) must not take the verified one's certificate away.
+func forgetCertificates(ctx context.Context, tx bun.Tx, name string, domainID int64) error {
+	_, err := tx.NewDelete().Model((*ACMECacheEntry)(nil)).
+		Where("key IN (?)", bun.List([]string{name, name + "+rsa", name + "+token"})).
+		Where("NOT EXISTS (SELECT 1 FROM domains WHERE tracking_domain = ? AND id <> ? AND deleted_at IS NULL)", name, domainID).
+		Exec(ctx)
+	return err
 }

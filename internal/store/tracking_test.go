@@ -112,6 +112,19 @@ func TestDomainTrackingAndRecordFive(t *testing.T) {
 		if _, err := st.ACMECacheEntry(ctx, name); err != nil {
 			t.Fatalf("another organization's change removed the certificate: %v", err)
 		}
+
+		// Deleting the domain deletes its custom domain's certificates too.
+		if err := st.PutACMECacheEntry(ctx, name+"+rsa", []byte("sealed")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.DeleteDomainForCustomer(ctx, org, id); err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{name, name + "+rsa"} {
+			if _, err := st.ACMECacheEntry(ctx, key); err == nil {
+				t.Errorf("cache entry %s kept after the domain was deleted", key)
+			}
+		}
 	})
 }
 
