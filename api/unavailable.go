@@ -20,9 +20,13 @@ func isUnavailable(err error) bool {
 	var pgErr pgdriver.Error
 	var unavailable *serviceerror.Unavailable
 	var deadline *serviceerror.DeadlineExceeded
+	// Temporal's rate limits and its cap on a workflow's updates in flight
+	// (ten by default: a client retrying a reschedule while its step waits
+	// on the database) pass, as an unreachable server comes back.
+	var exhausted *serviceerror.ResourceExhausted
 	switch {
 	case errors.Is(err, driver.ErrBadConn), errors.Is(err, syscall.ECONNREFUSED),
-		errors.As(err, &netErr), errors.As(err, &unavailable), errors.As(err, &deadline), store.IsBusy(err):
+		errors.As(err, &netErr), errors.As(err, &unavailable), errors.As(err, &deadline), errors.As(err, &exhausted), store.IsBusy(err):
 		return true
 	case errors.As(err, &pgErr):
 		// Class 08 (connection exception), 57P0x (server shutting down or starting).
