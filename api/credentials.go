@@ -125,7 +125,7 @@ type CreateCredentialInput struct {
 
 // CredentialIDInput names one credential.
 type CredentialIDInput struct {
-	ID int64 `path:"id" minimum:"1" doc:"Credential id."`
+	ID int64 `path:"id" doc:"Credential id."`
 }
 
 func (s *Server) registerCredentials() {

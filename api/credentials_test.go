@@ -229,7 +229,11 @@ func TestDeleteCredential(t *testing.T) {
 			t.Fatalf("revoked credential still listed")
 		}
 	}
-	h.do("DELETE", "/api/v1/credentials/0", h.adminKey, nil).expectError(t, 422, "validation_failed")
+	// An id no credential can have is an unknown one (404), as a webhook's
+	// or an email's is; one that is not a number at all is malformed.
+	h.do("DELETE", "/api/v1/credentials/0", h.adminKey, nil).expectError(t, 404, "not_found")
+	h.do("GET", "/api/v1/domains/-1", h.adminKey, nil).expectError(t, 404, "not_found")
+	h.do("GET", "/api/v1/emails/abc", h.adminKey, nil).expectError(t, 404, "not_found")
 	h.do("DELETE", "/api/v1/credentials/abc", h.adminKey, nil).expectError(t, 422, "validation_failed")
 }
 

@@ -76,7 +76,7 @@ type AddDomainData struct {
 
 // DomainIDInput addresses one domain.
 type DomainIDInput struct {
-	ID int64 `path:"id" minimum:"1" doc:"Domain id."`
+	ID int64 `path:"id" doc:"Domain id."`
 }
 
 // DomainState is data.domain of Get DNS records and Verify.

@@ -164,7 +164,7 @@ type EmailList struct {
 
 // EmailIDInput names an email in the path.
 type EmailIDInput struct {
-	ID string `path:"id" format:"uuid" doc:"Email id."`
+	ID string `path:"id" doc:"Email id (a UUID; any other value is an unknown email, 404)."`
 }
 
 // ListEmailsInput pages through the emails.
