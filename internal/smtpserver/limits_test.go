@@ -37,13 +37,25 @@ func TestMaxSessionTimeEndsABusySession(t *testing.T) {
 }
 
 // A DATA that trickles one short line at a time is cut at the end of the
-// session's grace, and nothing of it is stored.
+// session's grace, and nothing of it is stored; also when the message has
+// a bare line ending before (it is read on to its end, without keeping it,
+// and the time-out is still the temporary 451, not net's error text as a
+// permanent 554 naming the server's socket).
 func TestMaxSessionTimeCutsATricklingMessage(t *testing.T) {
+	for _, first := range []string{"x\r\n", "bare\n"} {
+		t.Run(strings.TrimSpace(first), func(t *testing.T) { cutTrickle(t, first) })
+	}
+}
+
+func cutTrickle(t *testing.T, first string) {
 	b := newBackend()
 	// Time enough for the commands up to DATA, whatever the machine's load.
 	_, addr := start(t, Config{MaxSessionTime: 2 * time.Second}, b)
 	c := dial(t, addr)
 	c.transaction()
+	if _, err := c.conn.Write([]byte(first)); err != nil {
+		t.Fatal(err)
+	}
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {

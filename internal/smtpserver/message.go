@@ -68,12 +68,20 @@ func ReadMessage(r io.Reader) ([]byte, error) {
 			return msg.Bytes(), nil
 		}
 		if err != nil {
-			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-				return nil, ErrMessageTimeout
-			}
-			return nil, err
+			return nil, readError(err)
 		}
 	}
+}
+
+// readError is the answer to a read of the message that failed: a time-out
+// (the idle limit, the session's end) is ErrMessageTimeout, which the client
+// retries, rather than net's own text, which go-smtp would send as a
+// permanent 554 naming the server's socket.
+func readError(err error) error {
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return ErrMessageTimeout
+	}
+	return err
 }
 
 // bare reports whether b holds a bare <CR> or <LF>, given whether the byte
@@ -93,12 +101,13 @@ func bare(b []byte, prevCR *bool) bool {
 
 // discard reads r to its end after a bare line ending. The answer stays
 // ErrBareLineEnding even if the message also turns out too large; a broken
-// connection wins, since then no answer reaches the client.
+// connection or a time-out wins, since then no answer reaches the client, or
+// the client is told to send it again.
 func discard(r io.Reader) error {
 	_, err := io.Copy(io.Discard, r)
 	var smtpErr *smtp.SMTPError
 	if err != nil && !errors.As(err, &smtpErr) {
-		return err
+		return readError(err)
 	}
 	return ErrBareLineEnding
 }
