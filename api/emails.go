@@ -218,7 +218,8 @@ func (s *Server) registerEmails() {
 	register(s, huma.Operation{
 		OperationID: "reschedule-email", Method: http.MethodPatch, Path: "/api/v1/emails/{id}",
 		Summary: "Reschedule email", Tags: tags,
-		Description: "Moves a scheduled email to another time. Once its sending has begun (or for an email that was not scheduled): 409 email_not_scheduled.",
+		Description: "Moves a scheduled email to another time; as when sending, a time in the past by at most 5 minutes means now (it is sent at once). " +
+			"Once its sending has begun (or for an email that was not scheduled): 409 email_not_scheduled.",
 		Metadata:    map[string]any{permissionMetadata: PermissionSend},
 		Errors:      []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity},
 	}, s.rescheduleEmail)
@@ -492,9 +493,12 @@ func (s *Server) sendEmailBatch(ctx context.Context, in *SendEmailBatchInput) (*
 // rescheduleEmail moves a scheduled email: the email's workflow decides, in
 // its reschedule update, whether sending has begun.
 func (s *Server) rescheduleEmail(ctx context.Context, in *RescheduleEmailInput) (*Response[EmailData], error) {
-	at, problem := parseScheduledAt(in.Body.ScheduledAt, time.Now())
+	now := time.Now().UTC()
+	at, problem := parseScheduledAt(in.Body.ScheduledAt, now)
 	if problem == "" && at == nil {
-		problem = "must be a time in the future"
+		// As when sending: a time in the past by at most 5 minutes means
+		// now (a client whose clock is a little behind, asking to send).
+		at = &now
 	}
 	if problem != "" {
 		return nil, fieldError("body.scheduled_at", problem)

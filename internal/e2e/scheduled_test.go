@@ -47,6 +47,10 @@ func TestScheduledAndBatchSending(t *testing.T) {
 	}
 	moved := api.send(body("moved@rcpt.example", time.Now().Add(time.Hour).Format(time.RFC3339))).ID
 	canceled := api.send(body("canceled@rcpt.example", time.Now().Add(2*time.Second).Format(time.RFC3339Nano))).ID
+	// Moved to a moment just past (a client's clock behind): sent now, as
+	// a send with that time would be.
+	sentNow := api.send(body("now@rcpt.example", time.Now().Add(time.Hour).Format(time.RFC3339))).ID
+	api.reschedule(sentNow, time.Now().Add(-time.Minute).Format(time.RFC3339))
 
 	if got := api.cancelEmail(canceled); got != "canceled" {
 		t.Fatalf("canceled %v", got)
@@ -58,8 +62,11 @@ func TestScheduledAndBatchSending(t *testing.T) {
 	if len(mx.received("on-time@rcpt.example")) != 0 {
 		t.Fatal("a scheduled email was sent before its time")
 	}
-	for _, id := range []string{on.ID, moved} {
+	for _, id := range []string{on.ID, moved, sentNow} {
 		testenv.Eventually(t, 30*time.Second, "scheduled email sent", func() bool { return get(id).Status == "sent" })
+	}
+	if len(mx.received("now@rcpt.example")) != 1 {
+		t.Fatal("the email moved to now did not arrive")
 	}
 	if len(mx.received("on-time@rcpt.example")) != 1 || time.Now().Before(sendAt) {
 		t.Fatal("the scheduled email did not arrive after its time")
@@ -163,8 +170,8 @@ func TestScheduledAndBatchSending(t *testing.T) {
 		t.Fatalf("101 items: %d", status)
 	}
 	before := len(api.emails("?limit=100").Emails)
-	if before != 5 {
-		t.Fatalf("%d emails after invalid batches, want the 5 scheduled ones", before)
+	if before != 6 {
+		t.Fatalf("%d emails after invalid batches, want the 6 scheduled ones", before)
 	}
 	// The answer comes once every workflow of the batch has started.
 	began := time.Now()
@@ -198,8 +205,8 @@ func TestScheduledAndBatchSending(t *testing.T) {
 		}
 		cursor = "&cursor=" + page.NextCursor
 	}
-	if n != 5+100+3 {
-		t.Fatalf("%d emails after a keyed batch sent twice, want %d", n, 5+100+3)
+	if n != 6+100+3 {
+		t.Fatalf("%d emails after a keyed batch sent twice, want %d", n, 6+100+3)
 	}
 	testenv.Eventually(t, 2*time.Minute, "the batch delivered", func() bool {
 		for i := range items {
