@@ -210,13 +210,22 @@ func serveHTTP(ctx context.Context, name, addr string, h http.Handler, logger *s
 	return serveListener(ctx, name, ln, h, logger)
 }
 
+// httpWriteTimeout bounds a request from the end of its header to the end
+// of its answer. It must outlast the slowest answer the API promises: a
+// send reads its body for up to 30 s, may wait 10 s for its
+// Idempotency-Key's first request, then starts its workflows for up to 30 s
+// and, when the start fails, takes its email back. An answer past the
+// deadline never reaches the client, which sends again, and the emails
+// whose workflows did start go twice.
+const httpWriteTimeout = 2 * time.Minute
+
 // serveListener serves h on ln and shuts down gracefully when ctx ends.
 func serveListener(ctx context.Context, name string, ln net.Listener, h http.Handler, logger *slog.Logger) error {
 	hs := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
+		WriteTimeout:      httpWriteTimeout,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}
