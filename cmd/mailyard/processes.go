@@ -105,7 +105,9 @@ func serveAPIWith(ctx context.Context, cfg *config.Config, st *store.Store, tc c
 	g.Go(func() error { return serveHTTP(ctx, "internal", cfg.InternalAddr, srv.InternalHandler(), logger) })
 	if certs != nil {
 		logger.Info("serving tracking over HTTPS for verified custom domains", "addr", cfg.Tracking.TLSAddr, "acme", cfg.Tracking.ACMEDirectory)
-		g.Go(func() error { return trackingtls.Serve(ctx, cfg.Tracking.TLSAddr, certs, srv.TrackingHandler()) })
+		g.Go(func() error {
+			return trackingtls.Serve(ctx, cfg.Tracking.TLSAddr, certs, srv.TrackingHandler(), logger)
+		})
 	}
 	err = g.Wait()
 	// The listeners have shut down, so no request queues a tracking event

@@ -9,9 +9,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
+	"golang.org/x/crypto/acme"
 	"golang.org/x/crypto/acme/autocert"
+
+	"github.com/mailyard/mailyard/internal/domainname"
 )
 
 // ShutdownTimeout is how long Serve waits for requests in flight once its
@@ -21,18 +25,19 @@ const ShutdownTimeout = 15 * time.Second
 // Serve listens on addr (":443" in production: TLS-ALPN-01 challenges come to
 // port 443) and serves handler over TLS with m's certificates until ctx ends,
 // then shuts down gracefully. It returns nil after a shutdown for ctx.
-func Serve(ctx context.Context, addr string, m *autocert.Manager, handler http.Handler) error {
+func Serve(ctx context.Context, addr string, m *autocert.Manager, handler http.Handler, logger *slog.Logger) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
 	}
-	return ServeListener(ctx, ln, m, handler)
+	return ServeListener(ctx, ln, m, handler, logger)
 }
 
 // ServeListener is Serve on a listener the caller made (tests); it closes ln.
-func ServeListener(ctx context.Context, ln net.Listener, m *autocert.Manager, handler http.Handler) error {
+func ServeListener(ctx context.Context, ln net.Listener, m *autocert.Manager, handler http.Handler, logger *slog.Logger) error {
 	cfg := m.TLSConfig() // h2, http/1.1 and acme-tls/1 for the challenges
 	cfg.MinVersion = tls.VersionTLS12
+	cfg.GetCertificate = warnOfFailures(cfg.GetCertificate, logger)
 	hs := &http.Server{
 		Handler:   handler,
 		TLSConfig: cfg,
@@ -44,7 +49,7 @@ func ServeListener(ctx context.Context, ln net.Listener, m *autocert.Manager, ha
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          log.New(errorLog{}, "", 0),
+		ErrorLog:          log.New(errorLog{logger}, "", 0),
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.ServeTLS(ln, "", "") }()
@@ -63,16 +68,42 @@ func ServeListener(ctx context.Context, ln net.Listener, m *autocert.Manager, ha
 }
 
 // errorLog routes net/http's error log to slog. Failed TLS handshakes (port
-// 443 of the internet: scanners, names nobody verified) are debug messages;
-// the rest (a handler's panic) are warnings.
-type errorLog struct{}
+// 443 of the internet: scanners, names nobody verified) are debug messages
+// (warnOfFailures warns of those that matter); the rest (a handler's panic)
+// are warnings.
+type errorLog struct{ logger *slog.Logger }
 
-func (errorLog) Write(p []byte) (int, error) {
+func (l errorLog) Write(p []byte) (int, error) {
 	msg := string(bytes.TrimRight(p, "\n"))
 	level := slog.LevelWarn
 	if bytes.Contains(p, []byte("TLS handshake error")) {
 		level = slog.LevelDebug
 	}
-	slog.Default().Log(context.Background(), level, msg, "listener", "tracking-tls")
+	l.logger.Log(context.Background(), level, msg, "listener", "tracking-tls")
 	return len(p), nil
+}
+
+// warnOfFailures logs a warning when a handshake gets no certificate for a
+// name the host policy did not refuse: the CA refused or failed the order
+// (the customer's CNAME is gone, a rate limit), or the database could not
+// say whether the name is verified. Without it an operator learns of a
+// certificate that cannot be had or renewed only when the customers' links
+// fail. Names refused by the policy, names that are not host names, and
+// challenge handshakes (the CA's own) stay quiet: anyone can send them.
+func warnOfFailures(get func(*tls.ClientHelloInfo) (*tls.Certificate, error), logger *slog.Logger) func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		cert, err := get(hello)
+		if err != nil && !errors.Is(err, ErrNotAllowed) && !isChallenge(hello) {
+			if name, bad := domainname.NormalizeHost(hello.ServerName); bad == nil && strings.Contains(name, ".") {
+				logger.Warn("tracking TLS: no certificate for a custom tracking domain", "name", name, "error", err)
+			}
+		}
+		return cert, err
+	}
+}
+
+// isChallenge says whether a handshake is a TLS-ALPN-01 challenge: it
+// offers acme-tls/1 alone.
+func isChallenge(hello *tls.ClientHelloInfo) bool {
+	return len(hello.SupportedProtos) == 1 && hello.SupportedProtos[0] == acme.ALPNProto
 }

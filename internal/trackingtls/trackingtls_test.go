@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -77,7 +78,27 @@ type process struct {
 	acme *countingTransport
 
 	mu    sync.Mutex
-	asked []string // the names Allowed was asked about
+	asked []string     // the names Allowed was asked about
+	logs  bytes.Buffer // what the listener logged, as JSON lines
+}
+
+func (p *process) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logs.Write(b)
+}
+
+// warnings are the messages the listener logged at WARN and above.
+func (p *process) warnings() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(p.logs.String(), "\n") {
+		if strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func (p *process) askedAbout() []string {
@@ -122,7 +143,8 @@ func (w *world) start(t *testing.T, ln net.Listener, verified ...string) *proces
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- trackingtls.ServeListener(ctx, ln, m, handler) }()
+	logger := slog.New(slog.NewJSONHandler(p, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	go func() { served <- trackingtls.ServeListener(ctx, ln, m, handler, logger) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-served; err != nil {
@@ -326,6 +348,23 @@ func TestProcessesShareCertificates(t *testing.T) {
 // A name Allowed refuses (it resolves to us all the same: anyone can point a
 // name at our address) fails the handshake, and nothing is asked of the CA.
 // A failing Allowed (the database is down) fails the handshake too.
+// A verified name the CA will not certify (here one it cannot resolve, as
+// when a customer removed the CNAME) fails the handshake and is logged as a
+// warning, naming it: the operator learns before the customers' links fail.
+func TestCertificateFailureIsAWarning(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t)
+	const gone = "track.cname-removed.example"
+	p := w.start(t, w.tlsLn, gone)
+	if _, _, err := w.get(t, p, gone); err == nil {
+		t.Fatal("GET for a name the CA cannot validate succeeded")
+	}
+	testenv.Eventually(t, 10*time.Second, "the warning", func() bool { return strings.Contains(p.warnings(), gone) })
+	if n := p.acme.requests(); n == 0 {
+		t.Fatal("no order was placed, so this proves nothing")
+	}
+}
+
 func TestRefusedHost(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
@@ -346,6 +385,9 @@ func TestRefusedHost(t *testing.T) {
 	}
 	if asked := p.askedAbout(); len(asked) == 0 || asked[0] != refusedDomain {
 		t.Fatalf("Allowed was asked about %v", asked)
+	}
+	if w := p.warnings(); w != "" {
+		t.Fatalf("a refused name is a warning: %s", w)
 	}
 
 	// The manager's host policy, asked directly: normalized names, errors.
