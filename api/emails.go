@@ -116,7 +116,7 @@ type QueuedEmails struct {
 type RescheduleEmailInput struct {
 	EmailIDInput
 	Body struct {
-		ScheduledAt string `json:"scheduled_at" maxLength:"64" doc:"The new time: RFC 3339 with a time-zone offset or Z, at most 30 days ahead." example:"2026-12-01T09:00:00+01:00"`
+		ScheduledAt string `json:"scheduled_at" minLength:"1" maxLength:"64" doc:"The new time: RFC 3339 with a time-zone offset or Z, at most 30 days ahead." example:"2026-12-01T09:00:00+01:00"`
 	}
 }
 

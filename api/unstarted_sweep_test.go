@@ -233,6 +233,8 @@ func TestEmailIDsInAnyUUIDForm(t *testing.T) {
 	h.do("GET", "/api/v1/emails/"+ghost+"/events", sendKey, nil).expectError(t, 404, "not_found")
 	h.do("POST", "/api/v1/emails/"+ghost+"/cancel", sendKey, nil).expectError(t, 404, "not_found")
 	h.do("PATCH", "/api/v1/emails/"+ghost, sendKey, later).expectError(t, 404, "not_found")
+	// An empty time is no time (a time just past means now, and sends).
+	h.do("PATCH", "/api/v1/emails/"+id, sendKey, map[string]any{"scheduled_at": ""}).expectError(t, 422, "validation_failed")
 }
 
 // A domain whose API process died before its onboarding started stays
