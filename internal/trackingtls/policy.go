@@ -2,6 +2,7 @@ package trackingtls
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -56,13 +57,18 @@ func inTurn[T any](ctx context.Context, p *policy, lookup func(context.Context) 
 	return lookup(ctx)
 }
 
+// errUnanswered is a host policy that could not ask whether a name is
+// verified (the database down, or a flood of handshakes whose lookups wait
+// their turn past lookupTimeout): the handshake fails, whatever the name.
+var errUnanswered = errors.New("cannot tell whether it is a verified custom tracking domain")
+
 // hostPolicy is autocert's check before it serves or orders a certificate
 // in a handshake.
 func (p *policy) hostPolicy(ctx context.Context, host string) error {
 	host = NormalizeHost(host)
 	ok, err := p.allow(ctx, host)
 	if err != nil {
-		return fmt.Errorf("trackingtls: is %q a verified custom tracking domain: %w", host, err)
+		return fmt.Errorf("trackingtls: %q: %w: %w", host, errUnanswered, err)
 	}
 	if !ok {
 		return fmt.Errorf("trackingtls: %q: %w", host, ErrNotAllowed)

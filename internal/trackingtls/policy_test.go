@@ -1,10 +1,13 @@
 package trackingtls
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -245,5 +248,49 @@ func TestChallengeCertificateReadsTakeTurns(t *testing.T) {
 	wg.Wait()
 	if most := cache.most.Load(); most > maxLookups {
 		t.Errorf("at most %d cache reads at once, want %d", most, maxLookups)
+	}
+}
+
+// Only a name the policy accepted and the CA then failed is a warning;
+// what anyone can send stays quiet: a refused name, a name the policy could
+// not ask about (a flood waiting for lookups, the database down), a name
+// that is not a host name, a challenge handshake.
+func TestWarnOfFailures(t *testing.T) {
+	p := newPolicy(newAsker().allowed)
+	p.allowed = func(ctx context.Context, host string) (bool, error) {
+		switch host {
+		case "refused.example":
+			return false, nil
+		case "unknown.example":
+			return false, errors.New("database is down")
+		}
+		return true, nil
+	}
+	get := func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		if err := p.hostPolicy(context.Background(), hello.ServerName); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("acme: urn:ietf:params:acme:error:dns: NXDOMAIN")
+	}
+	for _, tc := range []struct {
+		name   string
+		protos []string
+		warn   bool
+	}{
+		{name: "track.shop.example", warn: true},
+		{name: "track.shop.example", protos: []string{"acme-tls/1"}},
+		{name: "refused.example"},
+		{name: "unknown.example"},
+		{name: "localhost"},
+		{name: ""},
+	} {
+		var logs bytes.Buffer
+		warn := warnOfFailures(get, slog.New(slog.NewTextHandler(&logs, nil)))
+		if _, err := warn(&tls.ClientHelloInfo{ServerName: tc.name, SupportedProtos: tc.protos}); err == nil {
+			t.Fatalf("%q: no error", tc.name)
+		}
+		if got := strings.Contains(logs.String(), "level=WARN"); got != tc.warn {
+			t.Errorf("%q %v: warned %v, want %v: %s", tc.name, tc.protos, got, tc.warn, logs.String())
+		}
 	}
 }

@@ -84,16 +84,17 @@ func (l errorLog) Write(p []byte) (int, error) {
 }
 
 // warnOfFailures logs a warning when a handshake gets no certificate for a
-// name the host policy did not refuse: the CA refused or failed the order
-// (the customer's CNAME is gone, a rate limit), or the database could not
-// say whether the name is verified. Without it an operator learns of a
-// certificate that cannot be had or renewed only when the customers' links
-// fail. Names refused by the policy, names that are not host names, and
-// challenge handshakes (the CA's own) stay quiet: anyone can send them.
+// name the host policy accepted: the CA refused or failed the order (the
+// customer's CNAME is gone, a rate limit). Without it an operator learns of
+// a certificate that cannot be had or renewed only when the customers'
+// links fail. What anyone can cause stays quiet: names the policy refused or
+// could not ask about (the database down, a flood of made-up names waiting
+// for their lookups), names that are not host names, and challenge
+// handshakes.
 func warnOfFailures(get func(*tls.ClientHelloInfo) (*tls.Certificate, error), logger *slog.Logger) func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 		cert, err := get(hello)
-		if err != nil && !errors.Is(err, ErrNotAllowed) && !isChallenge(hello) {
+		if err != nil && !errors.Is(err, ErrNotAllowed) && !errors.Is(err, errUnanswered) && !isChallenge(hello) {
 			if name, bad := domainname.NormalizeHost(hello.ServerName); bad == nil && strings.Contains(name, ".") {
 				logger.Warn("tracking TLS: no certificate for a custom tracking domain", "name", name, "error", err)
 			}

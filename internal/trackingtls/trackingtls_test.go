@@ -345,9 +345,6 @@ func TestProcessesShareCertificates(t *testing.T) {
 	}
 }
 
-// A name Allowed refuses (it resolves to us all the same: anyone can point a
-// name at our address) fails the handshake, and nothing is asked of the CA.
-// A failing Allowed (the database is down) fails the handshake too.
 // A verified name the CA will not certify (here one it cannot resolve, as
 // when a customer removed the CNAME) fails the handshake and is logged as a
 // warning, naming it: the operator learns before the customers' links fail.
@@ -365,6 +362,9 @@ func TestCertificateFailureIsAWarning(t *testing.T) {
 	}
 }
 
+// A name Allowed refuses (it resolves to us all the same: anyone can point a
+// name at our address) fails the handshake, and nothing is asked of the CA.
+// A failing Allowed (the database is down) fails the handshake too.
 func TestRefusedHost(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t)
