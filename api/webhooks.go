@@ -230,6 +230,14 @@ func (s *Server) deleteWebhook(ctx context.Context, in *WebhookIDInput) (*Respon
 	return respond(WebhookData{Webhook: webhookFromStore(w)}), nil
 }
 
+// errSecretUnreadable answers a signing secret this server cannot decrypt
+// (MAILYARD_ENCRYPTION_KEY changed): the operator's state to mend, not this
+// server's fault (docs/webhooks.md). It cannot be shown, nor kept signing
+// beside a new one.
+var errSecretUnreadable = apperr.Errorf(apperr.Conflict, "webhook",
+	"the signing secret cannot be decrypted with this server's MAILYARD_ENCRYPTION_KEY, so it can neither be shown nor keep signing; "+
+		"restore the key, or rotate the secret with expire_previous_in_seconds 0")
+
 func (s *Server) getWebhookSecret(ctx context.Context, in *WebhookIDInput) (*Response[SigningSecretData], error) {
 	w, err := s.ownWebhook(ctx, in.ID)
 	if err != nil {
@@ -241,10 +249,7 @@ func (s *Server) getWebhookSecret(ctx context.Context, in *WebhookIDInput) (*Res
 	}
 	secret, err := box.Open(w.SecretEnc, store.WebhookSecretBinding(w.ID))
 	if errors.Is(err, secrets.ErrDecrypt) {
-		// The operator's state to mend, not this server's fault
-		// (docs/webhooks.md), as rotating it says.
-		return nil, apperr.Errorf(apperr.Conflict, "webhook",
-			"the signing secret cannot be decrypted with this server's MAILYARD_ENCRYPTION_KEY; restore the key, or rotate the secret with expire_previous_in_seconds 0")
+		return nil, errSecretUnreadable
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open signing secret of webhook %d: %w", w.ID, err)
@@ -305,10 +310,8 @@ func (s *Server) rotateWebhookSecret(ctx context.Context, in *RotateSecretInput)
 		Reseal: func(currentEnc []byte, prevID int64) ([]byte, error) {
 			current, err := box.Open(currentEnc, store.WebhookSecretBinding(in.ID))
 			if errors.Is(err, secrets.ErrDecrypt) {
-				// The secret cannot sign any more (docs/webhooks.md), so
-				// there is nothing to keep; replacing it at once works.
-				return nil, apperr.Errorf(apperr.Conflict, "webhook",
-					"the current signing secret cannot be decrypted with this server's MAILYARD_ENCRYPTION_KEY, so it cannot keep signing; rotate with expire_previous_in_seconds 0")
+				// Nothing to keep; replacing it at once works.
+				return nil, errSecretUnreadable
 			}
 			if err != nil {
 				return nil, fmt.Errorf("open signing secret of webhook %d: %w", in.ID, err)

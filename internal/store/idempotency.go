@@ -84,10 +84,10 @@ func (s *Store) ClaimIdempotencyKey(ctx context.Context, orgID int64, key string
 		row := &IdempotencyKey{OrganizationID: orgID, Key: key, Fingerprint: fingerprint, LockedUntil: &lockedUntil, ClaimToken: claim.Token, CreatedAt: at, ExpiresAt: at.Add(retain)}
 		res, err := s.DB.NewInsert().Model(row).On("CONFLICT (organization_id, idempotency_key) DO NOTHING").Exec(ctx)
 		if err != nil {
-			return claim, nil, err
+			return IdempotencyClaim{}, nil, err
 		}
 		if n, err := res.RowsAffected(); err != nil {
-			return claim, nil, err
+			return IdempotencyClaim{}, nil, err
 		} else if n == 1 {
 			return claim, nil, nil
 		}
@@ -96,7 +96,7 @@ func (s *Store) ClaimIdempotencyKey(ctx context.Context, orgID int64, key string
 			continue // released or swept meanwhile: claim again
 		}
 		if err != nil {
-			return claim, nil, err
+			return IdempotencyClaim{}, nil, err
 		}
 		switch {
 		case !existing.ExpiresAt.After(at):
@@ -104,7 +104,7 @@ func (s *Store) ClaimIdempotencyKey(ctx context.Context, orgID int64, key string
 			if _, err := s.DB.NewDelete().Model((*IdempotencyKey)(nil)).
 				Where("organization_id = ?", orgID).Where("idempotency_key = ?", key).
 				Where("expires_at <= ?", at).Exec(ctx); err != nil {
-				return claim, nil, err
+				return IdempotencyClaim{}, nil, err
 			}
 			continue
 		case existing.ResponseStatus == nil && existing.LockedUntil != nil && !existing.LockedUntil.After(at) && bytes.Equal(existing.Fingerprint, fingerprint):
@@ -116,16 +116,16 @@ func (s *Store) ClaimIdempotencyKey(ctx context.Context, orgID int64, key string
 				Where("response_status IS NULL").Where("locked_until <= ?", at).
 				Exec(ctx)
 			if err != nil {
-				return claim, nil, err
+				return IdempotencyClaim{}, nil, err
 			}
 			if n, _ := res.RowsAffected(); n == 1 {
 				return claim, nil, nil
 			}
 			continue
 		}
-		return claim, existing, nil
+		return IdempotencyClaim{}, existing, nil
 	}
-	return claim, nil, errors.New("idempotency key changed hands too often to claim")
+	return IdempotencyClaim{}, nil, errors.New("idempotency key changed hands too often to claim")
 }
 
 // IdempotencyKey reads a key's row.

@@ -255,6 +255,9 @@ func TestATakenOverClaimIsNoLongerTheStalledRequests(t *testing.T) {
 		if err := st.UnanswerIdempotencyKey(ctx, stalled); err != nil {
 			t.Fatal(err)
 		}
+		if row := key(); row.ResponseStatus == nil || string(row.ResponseEnc) != "current" {
+			t.Fatalf("the stalled request took back the holder's answer: %+v", row)
+		}
 		if err := st.ReplaceIdempotentResponse(ctx, current, 201, []byte("as sent")); err != nil {
 			t.Fatal(err)
 		}
