@@ -220,8 +220,8 @@ func (s *Server) registerEmails() {
 		Summary: "Reschedule email", Tags: tags,
 		Description: "Moves a scheduled email to another time; as when sending, a time in the past by at most 5 minutes means now (it is sent at once). " +
 			"Once its sending has begun (or for an email that was not scheduled): 409 email_not_scheduled.",
-		Metadata:    map[string]any{permissionMetadata: PermissionSend},
-		Errors:      []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity},
+		Metadata: map[string]any{permissionMetadata: PermissionSend},
+		Errors:   []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity},
 	}, s.rescheduleEmail)
 	register(s, huma.Operation{
 		OperationID: "cancel-email", Method: http.MethodPost, Path: "/api/v1/emails/{id}/cancel",
