@@ -180,12 +180,9 @@ func TestATakenOverClaimIsNoLongerTheStalledRequests(t *testing.T) {
 	testenv.Dialects(t, func(t *testing.T, url string) {
 		ctx := context.Background()
 		st := testenv.OpenStore(t, url)
-		org, err := st.CreateOrganizationWithKey(ctx, "acme", &store.APIKey{Label: "b", Username: "b", Prefix: "p", Digest: []byte("d"), Permissions: store.Permissions{"admin"}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		orgID := newOrg(t, st, "acme")
 		fp := []byte("fp")
-		stalled, row, err := st.ClaimIdempotencyKey(ctx, org.ID, "k", fp, time.Minute, time.Hour)
+		stalled, row, err := st.ClaimIdempotencyKey(ctx, orgID, "k", fp, time.Minute, time.Hour)
 		if err != nil || row != nil {
 			t.Fatalf("first claim: %v %v", row, err)
 		}
@@ -193,7 +190,7 @@ func TestATakenOverClaimIsNoLongerTheStalledRequests(t *testing.T) {
 			Where("idempotency_key = ?", "k").Exec(ctx); err != nil {
 			t.Fatal(err)
 		}
-		current, row, err := st.ClaimIdempotencyKey(ctx, org.ID, "k", fp, time.Minute, time.Hour)
+		current, row, err := st.ClaimIdempotencyKey(ctx, orgID, "k", fp, time.Minute, time.Hour)
 		if err != nil || row != nil {
 			t.Fatalf("takeover: %v %v", row, err)
 		}
@@ -202,7 +199,7 @@ func TestATakenOverClaimIsNoLongerTheStalledRequests(t *testing.T) {
 		}
 		key := func() *store.IdempotencyKey {
 			t.Helper()
-			row, err := st.IdempotencyKey(ctx, org.ID, "k")
+			row, err := st.IdempotencyKey(ctx, orgID, "k")
 			if err != nil {
 				t.Fatal(err)
 			}
