@@ -15,9 +15,14 @@ import (
 //     memory however often they are asked;
 //   - at most maxLookups look-ups run at once; a query that finds them all
 //     busy for lookupSlotWait is answered SERVFAIL (resolvers ask again),
-//     which is what a flood of made-up names gets.
+//     which is what a flood of made-up names gets. A name whose values
+//     were read within staleTTL is answered with them instead (RFC 8767's
+//     serve-stale): the selectors receivers ask for, which a flood would
+//     otherwise push out of memory 2 s after their last read, keep being
+//     answered while the flood lasts, or while the database is away.
 const (
 	cacheTTL       = 2 * time.Second
+	staleTTL       = 5 * time.Minute
 	maxCached      = 10_000
 	maxLookups     = 16
 	lookupSlotWait = 100 * time.Millisecond
@@ -45,8 +50,8 @@ func newLookups(src Source) *lookups {
 }
 
 // txt returns name's TXT values, from the cache when they were read less
-// than cacheTTL ago. Only names with values are cached: made-up names
-// would only fill it.
+// than cacheTTL ago, or less than staleTTL ago when they cannot be read now.
+// Only names with values are cached: made-up names would only fill it.
 func (l *lookups) txt(ctx context.Context, name string) ([]string, error) {
 	now := time.Now()
 	l.mu.Lock()
@@ -56,17 +61,10 @@ func (l *lookups) txt(ctx context.Context, name string) ([]string, error) {
 		return c.values, nil
 	}
 
-	wait := time.NewTimer(lookupSlotWait)
-	defer wait.Stop()
-	select {
-	case l.slots <- struct{}{}:
-	case <-wait.C:
-		return nil, errBusy
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	values, err := l.lookup(ctx, name)
+	if err != nil && ok && now.Sub(c.at) < staleTTL {
+		return c.values, nil
 	}
-	values, err := l.src.LookupTXT(ctx, name)
-	<-l.slots
 	if err != nil || len(values) == 0 {
 		return values, err
 	}
@@ -77,4 +75,19 @@ func (l *lookups) txt(ctx context.Context, name string) ([]string, error) {
 	l.cached[name] = cachedValues{values: values, at: now}
 	l.mu.Unlock()
 	return values, nil
+}
+
+// lookup reads name's values in one of the slots.
+func (l *lookups) lookup(ctx context.Context, name string) ([]string, error) {
+	wait := time.NewTimer(lookupSlotWait)
+	defer wait.Stop()
+	select {
+	case l.slots <- struct{}{}:
+	case <-wait.C:
+		return nil, errBusy
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-l.slots }()
+	return l.src.LookupTXT(ctx, name)
 }

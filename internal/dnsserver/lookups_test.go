@@ -61,3 +61,42 @@ func TestLookupsAreCachedAndBounded(t *testing.T) {
 		t.Fatalf("%d of %d look-ups refused while the slots were busy, want at least %d", b, 4*maxLookups, 2*maxLookups)
 	}
 }
+
+// While the slots are busy (a flood of made-up names) or the database
+// fails, a name read within staleTTL is answered with its last values, not
+// SERVFAIL; one never read, or read longer ago, is still refused.
+func TestLookupsServeStaleValuesWhenBusy(t *testing.T) {
+	src := &slowSource{values: []string{"v=DKIM1; p=abc"}}
+	l := newLookups(src)
+	ctx := context.Background()
+	if _, err := l.txt(ctx, "sel._domainkey.example"); err != nil {
+		t.Fatal(err)
+	}
+	// Past cacheTTL, with every slot taken by slow look-ups.
+	l.mu.Lock()
+	c := l.cached["sel._domainkey.example"]
+	c.at = c.at.Add(-cacheTTL)
+	l.cached["sel._domainkey.example"] = c
+	l.mu.Unlock()
+	for range maxLookups {
+		l.slots <- struct{}{}
+	}
+	defer func() {
+		for range maxLookups {
+			<-l.slots
+		}
+	}()
+	if v, err := l.txt(ctx, "sel._domainkey.example"); err != nil || len(v) != 1 || v[0] != "v=DKIM1; p=abc" {
+		t.Fatalf("a selector read %v ago, while busy: %v, %v", cacheTTL, v, err)
+	}
+	if _, err := l.txt(ctx, "never-read._domainkey.example"); !errors.Is(err, errBusy) {
+		t.Fatalf("a name never read, while busy: %v, want errBusy", err)
+	}
+	l.mu.Lock()
+	c.at = c.at.Add(-staleTTL)
+	l.cached["sel._domainkey.example"] = c
+	l.mu.Unlock()
+	if _, err := l.txt(ctx, "sel._domainkey.example"); !errors.Is(err, errBusy) {
+		t.Fatalf("a selector read more than %v ago, while busy: %v, want errBusy", staleTTL, err)
+	}
+}
