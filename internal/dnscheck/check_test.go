@@ -68,6 +68,7 @@ type testResolver struct {
 	queries    map[string]int // per transport
 	noRecurse  bool           // a query arrived without RD
 	bigRecords []dns.RR
+	dropUDP    int // UDP queries still to be dropped (lost on the way)
 }
 
 func startResolver(t *testing.T) *testResolver {
@@ -111,7 +112,14 @@ func (r *testResolver) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		r.queries["tcp"]++
 	}
 	r.noRecurse = r.noRecurse || !req.RecursionDesired
+	drop := udp && r.dropUDP > 0
+	if drop {
+		r.dropUDP--
+	}
 	r.mu.Unlock()
+	if drop {
+		return
+	}
 
 	resp := new(dns.Msg)
 	resp.SetReply(req)
@@ -325,6 +333,24 @@ func TestTruncatedAnswerIsRetriedOverTCP(t *testing.T) {
 	spf := slices.IndexFunc(res.Observed, func(v string) bool { return strings.HasPrefix(v, "v=spf1 ip4:192.0.2.1") })
 	if spf < 0 || strings.Contains(res.Observed[spf], `\`) || !strings.HasSuffix(res.Observed[spf], "~all") {
 		t.Errorf("observed values %.60q are not the joined records", res.Observed)
+	}
+}
+
+// A query whose datagram is lost is sent again within the check's time,
+// rather than failing after the client library's 2 s: two lost in a row
+// still verify within 5 s (tries of 1 s and 2 s, then an answer).
+func TestLostDatagramsAreSentAgain(t *testing.T) {
+	resolver := startResolver(t)
+	resolver.mu.Lock()
+	resolver.dropUDP = 2
+	resolver.mu.Unlock()
+	checker := mustNew(t, resolver.addr, 5*time.Second)
+	res := checker.Check(context.Background(), []Expectation{{KindSPF, "mail.good.test", spfHost}})[0]
+	if res.Status != StatusVerified {
+		t.Fatalf("got %s (err %v), want verified after two lost queries", res.Status, res.Err)
+	}
+	if n := resolver.count("udp"); n != 3 {
+		t.Errorf("%d queries over UDP, want 3", n)
 	}
 }
 

@@ -164,9 +164,9 @@ func attemptContext(ctx context.Context, remaining int) (context.Context, contex
 // server name.
 func exchangeWith(ctx context.Context, server, name string, msg *dns.Msg) (*dns.Msg, error) {
 	started := time.Now()
-	resp, _, err := (&dns.Client{Net: "udp", UDPSize: ednsBufferSize}).ExchangeContext(ctx, msg, server)
+	resp, err := exchangeUDP(ctx, server, msg)
 	if err == nil && resp.Truncated {
-		resp, _, err = (&dns.Client{Net: "tcp"}).ExchangeContext(ctx, msg, server)
+		resp, _, err = (&dns.Client{Net: "tcp", Timeout: timeLeft(ctx)}).ExchangeContext(ctx, msg, server)
 	}
 	if err != nil {
 		if isTimeout(err) {
@@ -182,6 +182,35 @@ func exchangeWith(ctx context.Context, server, name string, msg *dns.Msg) (*dns.
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return resp, nil
+}
+
+// firstRetransmit is how long a UDP query waits for its answer before it
+// is sent again (a datagram lost on the way); each wait doubles, within the
+// attempt's time. Without this the client library gave one datagram 2 s,
+// however long the attempt had, and a single lost packet failed the check.
+const firstRetransmit = time.Second
+
+// exchangeUDP sends msg over UDP until an answer comes or ctx ends.
+func exchangeUDP(ctx context.Context, server string, msg *dns.Msg) (*dns.Msg, error) {
+	for wait := firstRetransmit; ; wait *= 2 {
+		try := min(wait, timeLeft(ctx))
+		resp, _, err := (&dns.Client{Net: "udp", UDPSize: ednsBufferSize, Timeout: try}).ExchangeContext(ctx, msg, server)
+		if err == nil || !isTimeout(err) || ctx.Err() != nil {
+			return resp, err
+		}
+		if _, bounded := ctx.Deadline(); !bounded {
+			return resp, err // no time given: one try, the library's
+		}
+	}
+}
+
+// timeLeft is the time until ctx's deadline; 0 (the library's default)
+// without one.
+func timeLeft(ctx context.Context) time.Duration {
+	if deadline, ok := ctx.Deadline(); ok {
+		return max(time.Until(deadline), time.Millisecond)
+	}
+	return 0
 }
 
 func isTimeout(err error) bool {
