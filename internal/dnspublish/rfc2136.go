@@ -164,6 +164,13 @@ func (p *RFC2136) send(ctx context.Context, msg *dns.Msg, action string) error {
 		}
 		return fmt.Errorf("%s DNS records: dynamic update to %s: %w", action, p.server, err)
 	}
+	// miekg/dns verifies an answer's TSIG only when it has one: an unsigned
+	// NOERROR (a forger on the way, a proxy that strips the record) would
+	// record keys as published that are not. RFC 8945 §5.3.1: the server
+	// MUST sign its answer to a signed request.
+	if resp.IsTsig() == nil {
+		return fmt.Errorf("%s DNS records: the answer of %s is not signed with the TSIG key, so it cannot be trusted", action, p.server)
+	}
 	return nil
 }
 

@@ -2,8 +2,10 @@ package dnspublish
 
 import (
 	"context"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 )
@@ -80,5 +82,35 @@ func TestRFC2136RejectsNamesOutsideTheZone(t *testing.T) {
 	}
 	if err := p.Publish(context.Background(), nil); err != nil {
 		t.Errorf("Publish of nothing: %v", err)
+	}
+}
+
+// An answer to a signed update that is not signed (a forger on the way, a
+// proxy that strips the record) is not taken as the update's success.
+func TestRFC2136RefusesAnUnsignedAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{Listener: ln, MsgAcceptFunc: func(dns.Header) dns.MsgAcceptAction { return dns.MsgAccept }, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+		resp := new(dns.Msg)
+		resp.SetReply(req)
+		resp.Rcode = dns.RcodeSuccess // NOERROR, without TSIG
+		_ = w.WriteMsg(resp)
+	})}
+	started := make(chan struct{})
+	srv.NotifyStartedFunc = func() { close(started) }
+	go func() { _ = srv.ActivateAndServe() }()
+	<-started
+	t.Cleanup(func() { _ = srv.Shutdown() })
+
+	pub, err := NewRFC2136(ln.Addr().String(), "k:hmac-sha256:"+validSecret, "dkim.mailyard.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub.Timeout = 5 * time.Second
+	err = pub.Publish(context.Background(), []Record{{Name: "a.dkim.mailyard.test", Value: "v=DKIM1; p=abc"}})
+	if err == nil || !strings.Contains(err.Error(), "not signed") {
+		t.Fatalf("an unsigned NOERROR answer: %v, want an error saying it is not signed", err)
 	}
 }
