@@ -32,6 +32,12 @@ func (h *handler) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		metrics.CountDNSLimited("truncated")
 		resp := new(dns.Msg).SetReply(req)
 		resp.Truncated = true
+		if req.IsEdns0() != nil {
+			// RFC 6891 §7: a truncated answer to an EDNS query keeps its
+			// OPT record, or the resolver may take the server for one
+			// without EDNS.
+			resp.SetEdns0(ednsUDPSize, false)
+		}
 		if err := w.WriteMsg(resp); err != nil {
 			h.server.logger.Debug("DNS answer not sent", "remote", w.RemoteAddr().String(), "error", err)
 		}

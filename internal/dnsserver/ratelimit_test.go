@@ -87,8 +87,9 @@ func TestResponseLimiterTableIsBounded(t *testing.T) {
 	}
 }
 
-// Over real UDP, a client past its rate gets empty truncated answers (and
-// silence), and its answers over TCP are not limited.
+// Over real UDP, a client past its rate gets empty truncated answers (with
+// the OPT record of its EDNS query) and silence, and its answers over TCP
+// are not limited.
 func TestResponseRateLimitOverUDP(t *testing.T) {
 	value := dkimValue(t, 2048)
 	name := "abc-1." + zone + "."
@@ -106,6 +107,9 @@ func TestResponseRateLimitOverUDP(t *testing.T) {
 		case err != nil:
 			silent++
 		case resp.Truncated && len(resp.Answer) == 0:
+			if resp.IsEdns0() == nil {
+				t.Fatal("a truncated answer to an EDNS query without its OPT record (RFC 6891 §7)")
+			}
 			truncated++
 		case len(resp.Answer) == 1:
 			full++
