@@ -100,14 +100,14 @@ func result(observed []string, found bool) Result {
 // starts with "v=spf1" followed by a space or nothing, in any case), or
 // false if value is not one.
 func spfTerms(value string) ([]string, bool) {
-	fields := strings.Fields(value)
-	if len(fields) == 0 || !strings.EqualFold(fields[0], "v=spf1") {
+	const version = "v=spf1"
+	if len(value) < len(version) || !strings.EqualFold(value[:len(version)], version) ||
+		len(value) > len(version) && value[len(version)] != ' ' {
+		// "v=spf1\tinclude:x" is no SPF record to a receiver, which
+		// would find none; it must not verify here either.
 		return nil, false
 	}
-	// strings.Fields also splits at tabs and newlines, which an SPF record
-	// should not contain; a record such as "v=spf1\tinclude:x" is counted
-	// anyway, as it is plainly meant.
-	return fields[1:], true
+	return strings.Fields(value[len(version):]), true
 }
 
 // includes reports whether terms have "include:<host>" with the pass
