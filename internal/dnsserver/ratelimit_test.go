@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/mailyard/mailyard/internal/testenv"
 )
 
 // A client network gets its rate per second, after a burst of as many;
@@ -126,4 +128,54 @@ func TestResponseRateLimitOverUDP(t *testing.T) {
 	if len(resp.Answer) != 1 || resp.Truncated {
 		t.Fatalf("over TCP: %v", resp)
 	}
+}
+
+// TCP is not rate limited, so its connections are capped: a client address
+// past maxTCPConnectionsPerClient open connections has the next one closed
+// at once, and once one of its connections closes it is answered again.
+func TestTCPConnectionsPerClientAreCapped(t *testing.T) {
+	name := "abc-1." + zone + "."
+	srv := startConfigured(t, &fakeSource{records: map[string][]string{"abc-1." + zone: {"v=DKIM1; p=abc"}}}, func(s *Server) {
+		s.tcpCounted = func(netip.Addr) bool { return true }
+	})
+	held := make([]*dns.Conn, maxTCPConnectionsPerClient)
+	for i := range held {
+		c, err := dns.Dial("tcp", srv.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// A query answered on each: each connection was accepted and counted.
+		if err := c.WriteMsg(question(name, dns.TypeTXT)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ReadMsg(); err != nil {
+			t.Fatalf("connection %d: %v", i+1, err)
+		}
+		held[i] = c
+	}
+	extra, err := dns.Dial("tcp", srv.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	_ = extra.SetDeadline(time.Now().Add(2 * time.Second))
+	_ = extra.WriteMsg(question(name, dns.TypeTXT))
+	if _, err := extra.ReadMsg(); err == nil {
+		t.Fatalf("connection %d of one client was answered", maxTCPConnectionsPerClient+1)
+	}
+	held[0].Close()
+	testenv.Eventually(t, 5*time.Second, "a connection once another closed", func() bool {
+		c, err := dns.DialTimeout("tcp", srv.addr, time.Second)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		if c.WriteMsg(question(name, dns.TypeTXT)) != nil {
+			return false
+		}
+		resp, err := c.ReadMsg()
+		return err == nil && len(resp.Answer) == 1
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +45,9 @@ type Server struct {
 	// limiter limits UDP answers per client network
 	// (WithResponseRateLimit); nil: unlimited.
 	limiter *responseLimiter
+	// tcpCounted overrides which TCP clients have the per-client cap
+	// (tcplimit.go); nil: all but loopback. Tests count loopback.
+	tcpCounted func(netip.Addr) bool
 }
 
 // WithResponseRateLimit limits the UDP answers to each client network to
@@ -126,6 +130,11 @@ func listen(addr string) (net.PacketConn, net.Listener, error) {
 // stops serving on its own. Tests use it with listeners bound to port 0.
 func (s *Server) Serve(ctx context.Context, udp net.PacketConn, tcp net.Listener) error {
 	h := &handler{server: s, ctx: ctx}
+	limited := limitTCP(tcp)
+	if s.tcpCounted != nil {
+		limited.counted = s.tcpCounted
+	}
+	tcp = limited
 	started := make(chan *dns.Server, 2)
 	failed := make(chan error, 2)
 	for _, srv := range []*dns.Server{
