@@ -77,21 +77,14 @@ type process struct {
 	// acme counts the requests the manager made to the CA.
 	acme *countingTransport
 
-	mu    sync.Mutex
-	asked []string     // the names Allowed was asked about
-	logs  bytes.Buffer // what the listener logged, as JSON lines
-}
+	logs testenv.SyncBuffer // what the listener logged, as JSON lines
 
-func (p *process) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.Write(b)
+	mu    sync.Mutex
+	asked []string // the names Allowed was asked about
 }
 
 // warnings are the messages the listener logged at WARN and above.
 func (p *process) warnings() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	var out []string
 	for _, line := range strings.Split(p.logs.String(), "\n") {
 		if strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`) {
@@ -143,7 +136,7 @@ func (w *world) start(t *testing.T, ln net.Listener, verified ...string) *proces
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	logger := slog.New(slog.NewJSONHandler(p, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logger := slog.New(slog.NewJSONHandler(&p.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	go func() { served <- trackingtls.ServeListener(ctx, ln, m, handler, logger) }()
 	t.Cleanup(func() {
 		cancel()
