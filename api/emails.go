@@ -219,7 +219,8 @@ func (s *Server) registerEmails() {
 		OperationID: "reschedule-email", Method: http.MethodPatch, Path: "/api/v1/emails/{id}",
 		Summary: "Reschedule email", Tags: tags,
 		Description: "Moves a scheduled email to another time; as when sending, a time in the past by at most 5 minutes means now (it is sent at once). " +
-			"Once its sending has begun (or for an email that was not scheduled): 409 email_not_scheduled.",
+			"Once its sending has begun (or for an email that was not scheduled): 409 email_not_scheduled. " +
+			fmt.Sprintf("An email moves at most %d times; the next move is 409 conflict (cancel it and send it again).", email.MaxReschedules),
 		Metadata: map[string]any{permissionMetadata: PermissionSend},
 		Errors:   []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity},
 	}, s.rescheduleEmail)
@@ -539,6 +540,10 @@ func (s *Server) updateScheduled(ctx context.Context, id, update string, args ..
 		err = s.askWorkflow(ctx, id, update, args)
 	}
 	var app *temporal.ApplicationError
+	if errors.As(err, &app) && app.Type() == email.MovedTooOftenError {
+		return nil, apperr.Errorf(apperr.Conflict, "email",
+			"the email has been moved %d times, the most an email may be; cancel it and send it again", email.MaxReschedules)
+	}
 	refused := errors.As(err, &app) && app.Type() == email.NotScheduledError || errors.As(err, &notFound)
 	if err != nil && !refused {
 		return nil, err

@@ -51,7 +51,16 @@ const (
 	// NotScheduledError is the type of the error an update is refused with
 	// once sending has begun (or for an email that was never scheduled).
 	NotScheduledError = "EmailNotScheduled"
+	// MovedTooOftenError is the type of the error a reschedule is refused
+	// with once the email has been moved MaxReschedules times.
+	MovedTooOftenError = "EmailMovedTooOften"
 )
+
+// MaxReschedules is how many times one email may be moved. Temporal takes
+// at most 2,000 accepted updates in a run, and past that refuses every new
+// one, a cancel included; refused ones do not count, so this keeps the
+// cancel possible however often a client moves the email (docs/sending.md).
+var MaxReschedules = 1000
 
 // RescheduleInput moves a scheduled email.
 type RescheduleInput struct {

@@ -252,6 +252,38 @@ func TestUpdatesRefusedOnceSendingBegan(t *testing.T) {
 	}
 }
 
+// An email moved MaxReschedules times refuses the next move (Temporal would
+// refuse every update, the cancel too, past 2,000 accepted ones; refused
+// ones do not count), and can still be canceled.
+func TestMovesAreLimitedAndTheCancelStays(t *testing.T) {
+	defer func(n int) { MaxReschedules = n }(MaxReschedules)
+	MaxReschedules = 3
+	env := newScheduledEnv(t)
+	at := env.Now().Add(24 * time.Hour)
+	moves := make([]updateOutcome, MaxReschedules+1)
+	for i := range moves {
+		env.updateAt(time.Duration(i+1)*time.Minute, RescheduleUpdate, &moves[i], RescheduleInput{ScheduledAt: at.Add(time.Duration(i+1) * time.Hour)})
+	}
+	var cancel updateOutcome
+	env.updateAt(time.Hour, CancelUpdate, &cancel)
+	env.ExecuteWorkflow(WorkflowName, Input{EmailID: testEmailID, Retention: time.Hour, ScheduledAt: &at})
+	if r := env.result(t); r.Status != StatusCanceled {
+		t.Fatalf("result %+v", r)
+	}
+	for i, o := range moves[:MaxReschedules] {
+		if !o.accepted || o.err != nil {
+			t.Fatalf("move %d: %+v", i+1, o)
+		}
+	}
+	var app *temporal.ApplicationError
+	if o := moves[MaxReschedules]; !o.rejected || !errors.As(o.err, &app) || app.Type() != MovedTooOftenError {
+		t.Fatalf("move %d: %+v, want refused with %s", MaxReschedules+1, o, MovedTooOftenError)
+	}
+	if !cancel.accepted || cancel.err != nil || env.canceled != 1 || len(env.rescheduled) != MaxReschedules {
+		t.Fatalf("cancel %+v, canceled %d, moves recorded %d", cancel, env.canceled, len(env.rescheduled))
+	}
+}
+
 // A cancel that arrives in the same instant the timer fires: the workflow
 // decides once, so either the email is canceled and nothing is prepared, or
 // the cancel is refused and the email is sent; never both, never neither.

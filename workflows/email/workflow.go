@@ -252,7 +252,7 @@ func waitUntilScheduled(ctx, stepCtx workflow.Context, in Input) (canceled bool,
 	if in.ScheduledAt != nil {
 		at = *in.ScheduledAt
 	}
-	begun, changed := at.IsZero(), false
+	begun, changed, moves := at.IsZero(), false, 0
 	notScheduled := func() error {
 		if begun || canceled {
 			return temporal.NewNonRetryableApplicationError("sending has begun; the email can no longer be changed", NotScheduledError, nil)
@@ -263,10 +263,20 @@ func waitUntilScheduled(ctx, stepCtx workflow.Context, in Input) (canceled bool,
 	// scheduled (or is sending) gets the same refusal.
 	err = workflow.SetUpdateHandlerWithOptions(ctx, RescheduleUpdate,
 		func(ctx workflow.Context, r RescheduleInput) error {
-			at, changed = r.ScheduledAt, true
+			at, changed, moves = r.ScheduledAt, true, moves+1
 			return recordScheduledAt(ctx, stepCtx, in.EmailID, r.ScheduledAt, func() time.Time { return at })
 		},
-		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r RescheduleInput) error { return notScheduled() }})
+		// Validators run only for new updates, never in replay: the limit
+		// changes no history.
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, r RescheduleInput) error {
+			if err := notScheduled(); err != nil {
+				return err
+			}
+			if moves >= MaxReschedules {
+				return temporal.NewNonRetryableApplicationError("the email has been moved as often as an email may be; cancel it and send it again", MovedTooOftenError, nil)
+			}
+			return nil
+		}})
 	if err != nil {
 		return false, err
 	}
