@@ -4,10 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/mailyard/mailyard/activities"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/testenv"
 	"github.com/mailyard/mailyard/worker"
 	"github.com/mailyard/mailyard/workflows/email"
 )
@@ -19,7 +21,15 @@ func TestMovesOfAnEmailAreLimited(t *testing.T) {
 	defer func(n int) { email.MaxReschedules = n }(email.MaxReschedules)
 	email.MaxReschedules = 2
 	h := newHarness(t)
-	w := sdkworker.New(h.temporal, email.TaskQueue, sdkworker.Options{})
+	// A Temporal of its own: the worker takes no other test's emails.
+	addr := testenv.OwnTemporal(t)
+	tc, err := client.Dial(client.Options{HostPort: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.Close)
+	base := httpServer(t, h.apiWithTemporalAt(addr).Handler()).URL
+	w := sdkworker.New(tc, email.TaskQueue, sdkworker.Options{})
 	worker.RegisterEmails(w, &activities.Emails{Store: h.store})
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
@@ -34,14 +44,14 @@ func TestMovesOfAnEmailAreLimited(t *testing.T) {
 	for k, v := range at(time.Hour) {
 		body[k] = v
 	}
-	id := h.do("POST", "/api/v1/emails", sendKey, body).data(t, 202)["email"].(map[string]any)["id"].(string)
+	id := h.doAt(base, "POST", "/api/v1/emails", sendKey, body, nil).data(t, 202)["email"].(map[string]any)["id"].(string)
 	path := "/api/v1/emails/" + id
 	for i := range email.MaxReschedules {
-		h.do("PATCH", path, sendKey, at(time.Duration(i+2)*time.Hour)).data(t, 200)
+		h.doAt(base, "PATCH", path, sendKey, at(time.Duration(i+2)*time.Hour), nil).data(t, 200)
 	}
-	refused := h.do("PATCH", path, sendKey, at(10*time.Hour))
+	refused := h.doAt(base, "PATCH", path, sendKey, at(10*time.Hour), nil)
 	refused.expectError(t, 409, "conflict")
-	if e := h.do("POST", path+"/cancel", sendKey, nil).data(t, 200)["email"].(map[string]any); e["status"] != "canceled" {
+	if e := h.doAt(base, "POST", path+"/cancel", sendKey, nil, nil).data(t, 200)["email"].(map[string]any); e["status"] != "canceled" {
 		t.Fatalf("canceled email %v", e)
 	}
 }
