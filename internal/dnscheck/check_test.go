@@ -44,6 +44,7 @@ var customerZone = []string{
 	"mail.twospf.test. 300 IN TXT \"v=spf1 include:_spf.google.com -all\"",
 	"mail.prefix.test. 300 IN TXT \"v=spf10 include:spf.mailyard.test\"",
 	"mail.tab.test. 300 IN TXT \"v=spf1\\009include:spf.mailyard.test ~all\"",
+	"mail.tabterm.test. 300 IN TXT \"v=spf1 include:spf.mailyard.test\\009~all\"",
 	"mail.txtonly.test. 300 IN TXT \"hello\"",
 	"mail.txtonly.test. 300 IN TXT \"include:spf.mailyard.test\"",
 
@@ -250,6 +251,7 @@ func TestCheck(t *testing.T) {
 			"v=spf1 include:_spf.google.com -all", "v=spf1 include:spf.mailyard.test ~all",
 		}},
 		{"a tab after v=spf1 is not an SPF record (receivers discard it)", Expectation{KindSPF, "mail.tab.test", spfHost}, StatusPending, []string{"v=spf1\tinclude:spf.mailyard.test ~all"}},
+		{"a tab between terms leaves one invalid term", Expectation{KindSPF, "mail.tabterm.test", spfHost}, StatusMismatch, []string{"v=spf1 include:spf.mailyard.test\t~all"}},
 		{"spf10 is not an SPF record", Expectation{KindSPF, "mail.prefix.test", spfHost}, StatusPending, []string{"v=spf10 include:spf.mailyard.test"}},
 		{"non-SPF TXT only", Expectation{KindSPF, "mail.txtonly.test", spfHost}, StatusPending, []string{"hello", "include:spf.mailyard.test"}},
 		{"spf nxdomain", Expectation{KindSPF, "mail.absent.test", spfHost}, StatusPending, nil},

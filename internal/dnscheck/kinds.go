@@ -107,7 +107,9 @@ func spfTerms(value string) ([]string, bool) {
 		// would find none; it must not verify here either.
 		return nil, false
 	}
-	return strings.Fields(value[len(version):]), true
+	// Terms are separated by spaces alone: a tab stays inside its term,
+	// which then matches nothing, as a receiver reads it.
+	return strings.FieldsFunc(value[len(version):], func(r rune) bool { return r == ' ' }), true
 }
 
 // includes reports whether terms have "include:<host>" with the pass

@@ -65,6 +65,12 @@ func (l *lookups) txt(ctx context.Context, name string) ([]string, error) {
 	if err != nil && ok && now.Sub(c.at) < staleTTL {
 		return c.values, nil
 	}
+	if err == nil && len(values) == 0 && ok {
+		// Gone (deleted, rotated out): never served stale again.
+		l.mu.Lock()
+		delete(l.cached, name)
+		l.mu.Unlock()
+	}
 	if err != nil || len(values) == 0 {
 		return values, err
 	}

@@ -100,3 +100,34 @@ func TestLookupsServeStaleValuesWhenBusy(t *testing.T) {
 		t.Fatalf("a selector read more than %v ago, while busy: %v, want errBusy", staleTTL, err)
 	}
 }
+
+// A name that is read again and found gone (deleted, rotated out) is never
+// answered stale afterwards.
+func TestLookupsForgetAGoneName(t *testing.T) {
+	src := &slowSource{values: []string{"v=DKIM1; p=abc"}}
+	l := newLookups(src)
+	ctx := context.Background()
+	if _, err := l.txt(ctx, "sel._domainkey.example"); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	c := l.cached["sel._domainkey.example"]
+	c.at = c.at.Add(-cacheTTL)
+	l.cached["sel._domainkey.example"] = c
+	l.mu.Unlock()
+	src.values = nil
+	if v, err := l.txt(ctx, "sel._domainkey.example"); err != nil || len(v) != 0 {
+		t.Fatalf("a gone name: %v, %v", v, err)
+	}
+	for range maxLookups {
+		l.slots <- struct{}{}
+	}
+	defer func() {
+		for range maxLookups {
+			<-l.slots
+		}
+	}()
+	if _, err := l.txt(ctx, "sel._domainkey.example"); !errors.Is(err, errBusy) {
+		t.Fatalf("a gone name while busy: %v, want errBusy, not its old values", err)
+	}
+}

@@ -13,7 +13,7 @@ import (
 // file descriptors, and at the descriptor limit miekg/dns retries Accept in
 // a tight loop. Past maxTCPConnections the listener stops accepting until
 // one closes (new connections wait in the kernel's queue); a client address
-// (IPv4, or IPv6 /64, as the SMTP servers count) past
+// (IPv4, or IPv6 /56, as the UDP rate limit counts) past
 // maxTCPConnectionsPerClient has the new one closed at once. Loopback is not
 // counted per address.
 const (
@@ -89,7 +89,7 @@ func (l *tcpLimiter) client(addr net.Addr) (netip.Prefix, bool) {
 	if !l.counted(ip) {
 		return netip.Prefix{}, false
 	}
-	bits := 64
+	bits := 56
 	if ip.Is4() {
 		bits = 32
 	}
