@@ -66,37 +66,21 @@ func TestLookupsAreCachedAndBounded(t *testing.T) {
 // fails, a name read within staleTTL is answered with its last values, not
 // SERVFAIL; one never read, or read longer ago, is still refused.
 func TestLookupsServeStaleValuesWhenBusy(t *testing.T) {
-	src := &slowSource{values: []string{"v=DKIM1; p=abc"}}
-	l := newLookups(src)
+	l := newLookups(&slowSource{values: []string{"v=DKIM1; p=abc"}})
 	ctx := context.Background()
-	if _, err := l.txt(ctx, "sel._domainkey.example"); err != nil {
+	if _, err := l.txt(ctx, selector); err != nil {
 		t.Fatal(err)
 	}
-	// Past cacheTTL, with every slot taken by slow look-ups.
-	l.mu.Lock()
-	c := l.cached["sel._domainkey.example"]
-	c.at = c.at.Add(-cacheTTL)
-	l.cached["sel._domainkey.example"] = c
-	l.mu.Unlock()
-	for range maxLookups {
-		l.slots <- struct{}{}
-	}
-	defer func() {
-		for range maxLookups {
-			<-l.slots
-		}
-	}()
-	if v, err := l.txt(ctx, "sel._domainkey.example"); err != nil || len(v) != 1 || v[0] != "v=DKIM1; p=abc" {
+	l.age(selector, cacheTTL)
+	l.occupySlots(t)
+	if v, err := l.txt(ctx, selector); err != nil || len(v) != 1 || v[0] != "v=DKIM1; p=abc" {
 		t.Fatalf("a selector read %v ago, while busy: %v, %v", cacheTTL, v, err)
 	}
 	if _, err := l.txt(ctx, "never-read._domainkey.example"); !errors.Is(err, errBusy) {
 		t.Fatalf("a name never read, while busy: %v, want errBusy", err)
 	}
-	l.mu.Lock()
-	c.at = c.at.Add(-staleTTL)
-	l.cached["sel._domainkey.example"] = c
-	l.mu.Unlock()
-	if _, err := l.txt(ctx, "sel._domainkey.example"); !errors.Is(err, errBusy) {
+	l.age(selector, staleTTL)
+	if _, err := l.txt(ctx, selector); !errors.Is(err, errBusy) {
 		t.Fatalf("a selector read more than %v ago, while busy: %v, want errBusy", staleTTL, err)
 	}
 }
@@ -107,27 +91,40 @@ func TestLookupsForgetAGoneName(t *testing.T) {
 	src := &slowSource{values: []string{"v=DKIM1; p=abc"}}
 	l := newLookups(src)
 	ctx := context.Background()
-	if _, err := l.txt(ctx, "sel._domainkey.example"); err != nil {
+	if _, err := l.txt(ctx, selector); err != nil {
 		t.Fatal(err)
 	}
-	l.mu.Lock()
-	c := l.cached["sel._domainkey.example"]
-	c.at = c.at.Add(-cacheTTL)
-	l.cached["sel._domainkey.example"] = c
-	l.mu.Unlock()
+	l.age(selector, cacheTTL)
 	src.values = nil
-	if v, err := l.txt(ctx, "sel._domainkey.example"); err != nil || len(v) != 0 {
+	if v, err := l.txt(ctx, selector); err != nil || len(v) != 0 {
 		t.Fatalf("a gone name: %v, %v", v, err)
 	}
+	l.occupySlots(t)
+	if _, err := l.txt(ctx, selector); !errors.Is(err, errBusy) {
+		t.Fatalf("a gone name while busy: %v, want errBusy, not its old values", err)
+	}
+}
+
+const selector = "sel._domainkey.example"
+
+// age makes name's cached values older, as if read by earlier.
+func (l *lookups) age(name string, by time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.cached[name]
+	c.at = c.at.Add(-by)
+	l.cached[name] = c
+}
+
+// occupySlots takes every look-up slot until the test ends, as slow
+// look-ups of a flood would.
+func (l *lookups) occupySlots(t *testing.T) {
 	for range maxLookups {
 		l.slots <- struct{}{}
 	}
-	defer func() {
+	t.Cleanup(func() {
 		for range maxLookups {
 			<-l.slots
 		}
-	}()
-	if _, err := l.txt(ctx, "sel._domainkey.example"); !errors.Is(err, errBusy) {
-		t.Fatalf("a gone name while busy: %v, want errBusy, not its old values", err)
-	}
+	})
 }
