@@ -27,6 +27,7 @@ import (
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/temporalclient"
 	"github.com/mailyard/mailyard/internal/temporaldev"
 	"github.com/mailyard/mailyard/internal/temporalserver"
 	"github.com/mailyard/mailyard/internal/webhook"
@@ -246,7 +247,7 @@ func measureDelivery(ctx context.Context, out io.Writer, temporalAddr, mailyardB
 		return fig, err
 	}
 
-	tc, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietSDK{}})
+	tc, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietSDK{}, ConnectionOptions: temporalclient.Connection()})
 	if err != nil {
 		return fig, err
 	}

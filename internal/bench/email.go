@@ -36,6 +36,7 @@ import (
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/smtpsend"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/temporalclient"
 	"github.com/mailyard/mailyard/worker"
 	"github.com/mailyard/mailyard/workflows/email"
 )
@@ -179,7 +180,7 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 		return nil
 	}
 
-	tc, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietSDK{}})
+	tc, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietSDK{}, ConnectionOptions: temporalclient.Connection()})
 	if err != nil {
 		return fig, err
 	}

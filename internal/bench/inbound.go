@@ -30,6 +30,7 @@ import (
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/temporalclient"
 	"github.com/mailyard/mailyard/internal/temporaldev"
 	"github.com/mailyard/mailyard/internal/webhook"
 	"github.com/mailyard/mailyard/worker"
@@ -92,7 +93,7 @@ func benchInbound(ctx context.Context, out io.Writer) error {
 		return err
 	}
 
-	tc, err := client.Dial(client.Options{HostPort: tsrv.Address, Logger: quietSDK{}})
+	tc, err := client.Dial(client.Options{HostPort: tsrv.Address, Logger: quietSDK{}, ConnectionOptions: temporalclient.Connection()})
 	if err != nil {
 		return err
 	}

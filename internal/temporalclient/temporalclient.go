@@ -28,10 +28,11 @@ import (
 // TLS on for credentials), as Temporal Cloud expects.
 func Options(cfg *config.Config, logger *slog.Logger) (client.Options, error) {
 	opts := client.Options{
-		HostPort:       cfg.TemporalAddress,
-		Namespace:      cfg.TemporalNamespace,
-		Logger:         tlog.NewStructuredLogger(logger.With("component", "temporal-sdk")),
-		MetricsHandler: metrics.TemporalHandler(),
+		HostPort:          cfg.TemporalAddress,
+		Namespace:         cfg.TemporalNamespace,
+		Logger:            tlog.NewStructuredLogger(logger.With("component", "temporal-sdk")),
+		MetricsHandler:    metrics.TemporalHandler(),
+		ConnectionOptions: Connection(),
 	}
 	if cfg.TemporalTLS.Enabled() {
 		tlsCfg, err := TLSConfig(cfg.TemporalTLS)
@@ -44,6 +45,16 @@ func Options(cfg *config.Config, logger *slog.Logger) (client.Options, error) {
 		opts.Credentials = client.NewAPIKeyStaticCredentials(cfg.TemporalAPIKey)
 	}
 	return opts, nil
+}
+
+// Connection is how every Mailyard process connects to Temporal: without
+// the SDK's default gzip. What crosses Temporal is ids, counts and durations
+// (a few hundred bytes a message), and gzip set up a fresh compressor's
+// tables for each: about a quarter of the client's CPU of a workflow start,
+// and the server's for every answer it compressed back (README,
+// "Benchmarks"). Answers the server compresses anyway are still read.
+func Connection() client.ConnectionOptions {
+	return client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}}
 }
 
 // TLSConfig is the TLS configuration of files: the server's certificate is

@@ -28,6 +28,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
 
 	"github.com/mailyard/mailyard/internal/config"
 	"github.com/mailyard/mailyard/internal/testenv"
@@ -125,6 +126,20 @@ type frontend struct {
 	mu   sync.Mutex
 	auth []string
 	cns  []string
+	// encodings are the grpc-encoding of every request the server read.
+	encodings []string
+}
+
+// The frontend is its own stats handler, to see how each request came.
+func (f *frontend) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (f *frontend) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (f *frontend) HandleConn(context.Context, stats.ConnStats)                       {}
+func (f *frontend) HandleRPC(_ context.Context, s stats.RPCStats) {
+	if in, ok := s.(*stats.InHeader); ok {
+		f.mu.Lock()
+		f.encodings = append(f.encodings, in.Compression)
+		f.mu.Unlock()
+	}
 }
 
 func startFrontend(t *testing.T, p *pki) *frontend {
@@ -136,7 +151,7 @@ func startFrontend(t *testing.T, p *pki) *frontend {
 		ClientCAs:    p.clientCAPool,
 		MinVersion:   tls.VersionTLS12,
 	})
-	srv := grpc.NewServer(grpc.Creds(creds), grpc.UnaryInterceptor(f.record))
+	srv := grpc.NewServer(grpc.Creds(creds), grpc.UnaryInterceptor(f.record), grpc.StatsHandler(f))
 	hs := health.NewServer()
 	hs.SetServingStatus("temporal.api.workflowservice.v1.WorkflowService", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(srv, hs)
@@ -207,6 +222,28 @@ func TestMutualTLSAndAPIKeyReachTheServer(t *testing.T) {
 	for i := range f.auth {
 		if f.auth[i] != "Bearer tmprl-test-key" || f.cns[i] != "mailyard-worker" {
 			t.Errorf("call %d: authorization %q, client certificate %q", i, f.auth[i], f.cns[i])
+		}
+	}
+}
+
+// Requests go uncompressed: they carry ids and counts, which gzip made
+// cost more CPU than they saved in bytes (README, "Benchmarks").
+func TestRequestsAreNotCompressed(t *testing.T) {
+	p := newPKI(t)
+	f := startFrontend(t, p)
+	cfg := &config.Config{TemporalAddress: f.addr, TemporalNamespace: "default",
+		TemporalTLS: config.TemporalTLS{CertFile: p.clientCert, KeyFile: p.clientKey, CAFile: p.caFile}}
+	if err := dialCheck(t, cfg); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.encodings) < 2 {
+		t.Fatalf("the server read %d requests, want GetSystemInfo and the health check", len(f.encodings))
+	}
+	for i, enc := range f.encodings {
+		if enc != "" && enc != "identity" {
+			t.Errorf("request %d came with grpc-encoding %q", i, enc)
 		}
 	}
 }
