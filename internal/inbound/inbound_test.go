@@ -151,3 +151,54 @@ func TestRecipientsAreTheStoredEnvelopeSenders(t *testing.T) {
 		}
 	}
 }
+
+// A message whose run ended without handling it (an operator terminated
+// it) is not asked about again: a start of its id changes nothing, and such
+// messages, the oldest, would fill every pass's batch ahead of newer ones
+// whose workflow never started.
+func TestSweepLeavesAMessageWhoseRunEnded(t *testing.T) {
+	ctx := context.Background()
+	st := testenv.OpenStore(t, testenv.PostgresURL(t))
+	tags, _ := bouncetag.New(bytes.Repeat([]byte{3}, 32))
+	tc, err := client.Dial(client.Options{HostPort: testenv.Temporal(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	b := &inbound.Backend{Store: st, Temporal: tc, Tags: tags, BounceHost: "bounces.example", Retention: time.Hour, Logger: slog.New(slog.DiscardHandler)}
+	store1 := func() string {
+		m := &store.InboundMessage{ID: uuid.Must(uuid.NewV7()).String(), Recipients: store.AddressList{"fbl@bounces.example"}, Raw: []byte("Subject: x\r\n\r\nbody")}
+		if err := st.CreateInboundMessage(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		return m.ID
+	}
+	sweep := func() {
+		t.Helper()
+		if err := b.SweepOnce(ctx, time.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	ended := store1()
+	sweep()
+	// No worker handles this test's message; whatever the run did, it ends
+	// here, and the message stays unhandled.
+	_ = tc.TerminateWorkflow(ctx, inboundwf.WorkflowID(ended), "", "an operator stopped it")
+	newer := store1()
+	sweep()
+	if _, err := tc.DescribeWorkflowExecution(ctx, inboundwf.WorkflowID(newer), ""); err != nil {
+		t.Fatalf("the sweep did not start the newer message's workflow: %v", err)
+	}
+	rows, err := st.UnhandledInboundBefore(ctx, time.Now().Add(time.Minute), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		t.Errorf("message %s (the ended run's: %v) is still listed for the sweep", r.ID, r.ID == ended)
+	}
+	var m store.InboundMessage
+	if err := st.DB.NewSelect().Model(&m).Where("id = ?", ended).Scan(ctx); err != nil || m.HandledAt != nil || m.WorkflowSeenAt == nil {
+		t.Fatalf("the ended run's message: handled %v, seen %v, %v", m.HandledAt, m.WorkflowSeenAt, err)
+	}
+}

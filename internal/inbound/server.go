@@ -98,12 +98,23 @@ func (b *Backend) sweep(ctx context.Context, after, every time.Duration) {
 }
 
 // SweepOnce starts the workflows of messages received before cutoff that
-// are not handled yet.
-func (b *Backend) SweepOnce(ctx context.Context, cutoff time.Time) error {
+// are not handled yet, and marks each message whose start went through, so
+// that later passes no longer look at it: its run exists now, or existed
+// (a start of the id of a run that ended joins that run, without handling
+// the message again), and a pass can do nothing more for it.
+func (b *Backend) SweepOnce(ctx context.Context, cutoff time.Time) (err error) {
 	rows, err := b.Store.UnhandledInboundBefore(ctx, cutoff, sweepBatch)
 	if err != nil {
 		return err
 	}
+	// Marked once at the end of the pass (or when it stops early): one
+	// write for the batch.
+	var seen []string
+	defer func() {
+		if merr := b.Store.MarkInboundWorkflowsSeen(ctx, seen); merr != nil {
+			err = errors.Join(err, merr) // started again next pass: harmless
+		}
+	}()
 	for _, m := range rows {
 		var owner searchattr.Owner
 		if m.OrganizationID != nil && m.DomainID != nil {
@@ -115,6 +126,7 @@ func (b *Backend) SweepOnce(ctx context.Context, cutoff time.Time) error {
 		if err != nil {
 			return err
 		}
+		seen = append(seen, m.ID)
 	}
 	return nil
 }

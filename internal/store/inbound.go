@@ -48,6 +48,9 @@ type InboundMessage struct {
 	Kind           *string    `bun:"kind"`
 	HandledAt      *time.Time `bun:"handled_at"`
 	ErasedAt       *time.Time `bun:"erased_at"`
+	// WorkflowSeenAt is when the sweep found or started the message's
+	// workflow (MarkInboundWorkflowsSeen).
+	WorkflowSeenAt *time.Time `bun:"workflow_seen_at"`
 }
 
 // CreateInboundMessage stores a received message; the listener answers 250
@@ -118,14 +121,32 @@ func (s *Store) eraseInbound() *bun.UpdateQuery {
 }
 
 // UnhandledInboundBefore lists up to limit messages received before cutoff
-// that are not handled yet, oldest first, without their bytes: the inbound
-// sweep starts their workflows (Temporal was unreachable when they arrived).
+// that are not handled yet and whose workflow the sweep has not seen
+// (MarkInboundWorkflowsSeen), oldest first, without their bytes: the
+// inbound sweep starts their workflows (Temporal was unreachable when they
+// arrived).
 func (s *Store) UnhandledInboundBefore(ctx context.Context, cutoff time.Time, limit int) ([]InboundMessage, error) {
 	rows := []InboundMessage{}
+	// The conditions are those of the partial index
+	// inbound_messages_unhandled_idx.
 	err := s.DB.NewSelect().Model(&rows).Column("id", "email_id", "organization_id", "domain_id", "received_at").
-		Where("handled_at IS NULL").Where("received_at < ?", cutoff).
+		Where("handled_at IS NULL").Where("workflow_seen_at IS NULL").Where("received_at < ?", cutoff).
 		OrderExpr("received_at").Limit(int64(limit)).Scan(ctx)
 	return rows, err
+}
+
+// MarkInboundWorkflowsSeen records that the workflows of the messages exist
+// (the sweep found or started them), so UnhandledInboundBefore no longer
+// lists them: a run that ended without handling its message (an operator
+// terminated it) cannot be started again under its id, and asking about it
+// every pass would keep newer messages out of the sweep's batches.
+func (s *Store) MarkInboundWorkflowsSeen(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := s.DB.NewUpdate().Model((*InboundMessage)(nil)).Set("workflow_seen_at = ?", now()).
+		Where("id IN (?)", bun.List(ids)).Where("workflow_seen_at IS NULL").Exec(ctx)
+	return err
 }
 
 // EmailEnvelope reads what the inbound listener and its workflow need of an
