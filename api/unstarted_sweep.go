@@ -47,7 +47,8 @@ const (
 //   - an email whose answer committed with it (a request with an
 //     Idempotency-Key: the client gets that answer when it retries) has its
 //     workflow started;
-//   - any other email is removed: the client got no answer, nothing was sent
+//   - any other email is removed once it has been found so for unstartedAge
+//     of the database's clock: the client got no answer, nothing was sent
 //     or counted, and its retry is the email that is sent.
 //
 // An email whose workflow exists, running or not, is left alone, and marked
@@ -91,14 +92,17 @@ func (s *Server) SweepUnstartedEmails(ctx context.Context) (started, removed int
 			started++
 			continue
 		}
-		deleted, err := s.store.DeleteUnstartedEmail(ctx, e.ID)
+		// Removed once the database's clock says it has been unstarted
+		// for unstartedAge since a pass first found it so: created_at is
+		// the clock of the host that stored it.
+		deleted, err := s.store.DeleteEmailUnstartedFor(ctx, e.ID, unstartedAge)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			continue // removed meanwhile (another API process's sweep)
 		case err != nil:
 			return started, removed, err
 		case !deleted:
-			continue // accepted meanwhile: its workflow did start
+			continue // first found now, or accepted meanwhile (its workflow did start)
 		}
 		s.logger.InfoContext(ctx, "removed an unanswered email whose workflow never started", "email_id", e.ID)
 		removed++

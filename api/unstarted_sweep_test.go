@@ -53,9 +53,20 @@ func TestSweepFinishesEmailsWhoseWorkflowNeverStarted(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The unanswered email is old by its created_at, which is the clock of
+	// the host that stored it: the first pass notes it, and removes it only
+	// once the database's clock has gone on by unstartedAge.
 	startedNow, removed, err := h.api.SweepUnstartedEmails(ctx)
-	if err != nil || startedNow != 1 || removed != 1 {
-		t.Fatalf("sweep started %d and removed %d (%v), want 1 and 1", startedNow, removed, err)
+	if err != nil || startedNow != 1 || removed != 0 {
+		t.Fatalf("first sweep started %d and removed %d (%v), want 1 and 0", startedNow, removed, err)
+	}
+	if got := h.do("GET", "/api/v1/emails/"+unanswered, h.adminKey, nil).Status; got != 200 {
+		t.Fatalf("GET the unanswered email after the first pass: %d, want 200", got)
+	}
+	h.ageUnstartedSince(unanswered, 3*time.Minute)
+	startedNow, removed, err = h.api.SweepUnstartedEmails(ctx)
+	if err != nil || startedNow != 0 || removed != 1 {
+		t.Fatalf("sweep started %d and removed %d (%v), want 0 and 1", startedNow, removed, err)
 	}
 	for id, want := range map[string]int{started: 200, answered: 200, unanswered: 404, young: 200} {
 		if got := h.do("GET", "/api/v1/emails/"+id, h.adminKey, nil).Status; got != want {
@@ -70,6 +81,16 @@ func TestSweepFinishesEmailsWhoseWorkflowNeverStarted(t *testing.T) {
 	}
 	if startedNow, removed, err := h.api.SweepUnstartedEmails(ctx); err != nil || startedNow+removed != 0 {
 		t.Errorf("a second sweep started %d and removed %d (%v)", startedNow, removed, err)
+	}
+}
+
+// ageUnstartedSince moves back the moment a sweep first found the email
+// unstarted, as if the database's clock had gone on by age since.
+func (h *harness) ageUnstartedSince(id string, age time.Duration) {
+	h.t.Helper()
+	if _, err := h.store.DB.NewUpdate().Model((*store.Email)(nil)).Set("unstarted_since = unstarted_since - make_interval(secs => ?)", age.Seconds()).
+		Where("id = ?", id).Where("unstarted_since IS NOT NULL").Exec(context.Background()); err != nil {
+		h.t.Fatal(err)
 	}
 }
 
@@ -146,15 +167,22 @@ func TestSweepIsNotStarvedByScheduledAndCanceledEmails(t *testing.T) {
 	}
 
 	// The first pass sees 100 of the 110 scheduled emails' workflows; the
-	// next one the 10 left and the two emails that never started.
+	// next one the 10 left and the two emails that never started (the
+	// unanswered one is removed by the pass after, unstartedAge later).
 	total := 0
 	for pass := range 3 {
+		if pass == 2 {
+			h.ageUnstartedSince(unanswered, 3*time.Minute)
+		}
 		started, removed, err := h.api.SweepUnstartedEmails(ctx)
 		if err != nil {
 			t.Fatalf("pass %d: %v", pass+1, err)
 		}
-		if pass == 1 && (started != 1 || removed != 1) {
-			t.Errorf("pass 2 started %d and removed %d, want 1 and 1", started, removed)
+		if pass == 1 && (started != 1 || removed != 0) {
+			t.Errorf("pass 2 started %d and removed %d, want 1 and 0", started, removed)
+		}
+		if pass == 2 && (started != 0 || removed != 1) {
+			t.Errorf("pass 3 started %d and removed %d, want 0 and 1", started, removed)
 		}
 		total += started + removed
 	}

@@ -244,11 +244,37 @@ func (s *Store) CancelEmail(ctx context.Context, id string) error {
 // alone (false: its workflow did start, though its start may have looked
 // failed to the caller), and an unknown id is ErrNotFound.
 func (s *Store) DeleteUnstartedEmail(ctx context.Context, id string) (deleted bool, err error) {
+	return s.deleteUnstarted(ctx, id, 0)
+}
+
+// DeleteEmailUnstartedFor is DeleteUnstartedEmail for the sweep of emails
+// whose API process died before starting their workflow: it removes the
+// email only once it has been found unstarted for at least age of the
+// database's clock. The first call notes when (unstarted_since) and
+// removes nothing. The email's created_at is the clock of the API host
+// that stored it, and a sweep on a host whose clock is ahead took an email
+// for old while its request was still starting it: removed, its workflow
+// then found nothing to send, and the client held a 202 for it.
+func (s *Store) DeleteEmailUnstartedFor(ctx context.Context, id string, age time.Duration) (deleted bool, err error) {
+	if age <= 0 {
+		return false, fmt.Errorf("email %s: the unstarted time must be positive, not %s", id, age)
+	}
+	return s.deleteUnstarted(ctx, id, age)
+}
+
+// deleteUnstarted removes the unaccepted email at once (age 0), or once it
+// was noted unstarted at least age ago, noting it now if it was not.
+func (s *Store) deleteUnstarted(ctx context.Context, id string, age time.Duration) (deleted bool, err error) {
 	err = s.DB.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		var row struct {
 			AcceptedAt *time.Time `bun:"accepted_at"`
+			Noted      bool       `bun:"noted"`
+			Due        bool       `bun:"due"`
 		}
-		q := tx.NewSelect().Model((*Email)(nil)).Column("accepted_at").Where("id = ?", id)
+		q := tx.NewSelect().Model((*Email)(nil)).Column("accepted_at").
+			ColumnExpr("unstarted_since IS NOT NULL AS noted").
+			ColumnExpr("COALESCE(unstarted_since <= ?, FALSE) AS due", s.dbTime(age)).
+			Where("id = ?", id)
 		if s.IsPostgres() {
 			q = q.For("UPDATE")
 		}
@@ -256,6 +282,13 @@ func (s *Store) DeleteUnstartedEmail(ctx context.Context, id string) (deleted bo
 			return notFound(err, "email")
 		}
 		if row.AcceptedAt != nil {
+			return nil
+		}
+		if age > 0 && !row.Noted {
+			_, err := tx.NewUpdate().Model((*Email)(nil)).Set("unstarted_since = ?", s.dbTime(0)).Where("id = ?", id).Exec(ctx)
+			return err
+		}
+		if age > 0 && !row.Due {
 			return nil
 		}
 		if _, err := tx.NewDelete().Model((*EmailRecipient)(nil)).Where("email_id = ?", id).Exec(ctx); err != nil {
@@ -268,6 +301,16 @@ func (s *Store) DeleteUnstartedEmail(ctx context.Context, id string) (deleted bo
 		return nil
 	})
 	return deleted && err == nil, err
+}
+
+// dbTime is the database's clock, ago earlier, as SQL: PostgreSQL's, which
+// every API host shares; SQLite has one process, whose clock is the
+// database's.
+func (s *Store) dbTime(ago time.Duration) schema.QueryWithArgs {
+	if s.IsPostgres() {
+		return bun.SafeQuery("now() - make_interval(secs => ?)", ago.Seconds())
+	}
+	return bun.SafeQuery("?", now().Add(-ago))
 }
 
 // UnacceptedEmailsBefore returns up to limit emails created before cutoff

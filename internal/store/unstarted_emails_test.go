@@ -159,3 +159,51 @@ func (r queryRecorder) BeforeQuery(ctx context.Context, _ *bun.QueryEvent) conte
 	return ctx
 }
 func (r queryRecorder) AfterQuery(_ context.Context, e *bun.QueryEvent) { r(e.Query) }
+
+// The sweep's removal waits on the database's clock, not on created_at
+// (the clock of the API host that stored the email): the first call notes
+// the email unstarted and removes nothing, a call before the age has passed
+// since removes nothing, and a call after removes it. An accepted email is
+// never removed.
+func TestDeleteEmailUnstartedForWaitsFromTheFirstSighting(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		org := newOrg(t, st, "acme")
+		domain := newDomain(t, st, org, "x.example", store.DomainVerified)
+
+		id := newEmail(t, st, org, domain, "ada@r.example")
+		// Stored by a host whose clock is an hour behind.
+		if _, err := st.DB.NewUpdate().Model((*store.Email)(nil)).Set("created_at = ?", time.Now().Add(-time.Hour)).Where("id = ?", id).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for call := range 2 {
+			if deleted, err := st.DeleteEmailUnstartedFor(ctx, id, 2*time.Minute); err != nil || deleted {
+				t.Fatalf("call %d: deleted %v, %v; want the email kept", call+1, deleted, err)
+			}
+		}
+		if _, _, err := st.EmailForDelivery(ctx, id); err != nil {
+			t.Fatalf("the email after two early calls: %v", err)
+		}
+		if _, err := st.DB.NewUpdate().Model((*store.Email)(nil)).Set("unstarted_since = ?", time.Now().Add(-3*time.Minute)).Where("id = ?", id).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if deleted, err := st.DeleteEmailUnstartedFor(ctx, id, 2*time.Minute); err != nil || !deleted {
+			t.Fatalf("once the age has passed: deleted %v, %v; want removed", deleted, err)
+		}
+
+		accepted := newEmail(t, st, org, domain, "ada@r.example")
+		if _, err := st.AcceptEmail(ctx, accepted, store.Acceptance{EnvelopeSender: "bounces+x@mail.x.example", Recipients: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.DB.NewUpdate().Model((*store.Email)(nil)).Set("unstarted_since = ?", time.Now().Add(-time.Hour)).Where("id = ?", accepted).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if deleted, err := st.DeleteEmailUnstartedFor(ctx, accepted, 2*time.Minute); err != nil || deleted {
+			t.Fatalf("an accepted email: deleted %v, %v; want kept", deleted, err)
+		}
+		if _, err := st.DeleteEmailUnstartedFor(ctx, accepted, 0); err == nil {
+			t.Fatal("an age of 0 was taken")
+		}
+	})
+}
