@@ -118,8 +118,16 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 			break
 		}
 		p.NextCheckAt = workflow.Now(ctx).Add(wait)
-		// A verify update may settle the status while we wait.
-		if _, err := workflow.AwaitWithTimeout(ctx, wait, func() bool { return p.Status != StatusPending }); err != nil {
+		// A verify update may settle the status while we wait. Since
+		// continue-while-waiting, the run also stops waiting when Temporal
+		// suggests continuing as new, which it does at 90 % of a run's
+		// 2,000 updates: a client that verified more than once a second
+		// passed that limit within one wait (up to half an hour), and
+		// every verify after was refused. Runs from before waited it out.
+		wakeToContinue := workflow.GetVersion(ctx, continueWhileWaitingChange, workflow.DefaultVersion, 1) == 1
+		if _, err := workflow.AwaitWithTimeout(ctx, wait, func() bool {
+			return p.Status != StatusPending || wakeToContinue && workflow.GetInfo(ctx).GetContinueAsNewSuggested()
+		}); err != nil {
 			return Result{}, err
 		}
 		if p.Status == StatusPending && workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
@@ -151,6 +159,11 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 // domain), wait for them and keep the status they settle; it is recorded
 // only in runs where that happens.
 const keepSettledStatusChange = "keep-settled-status"
+
+// continueWhileWaitingChange is the workflow.GetVersion change id of runs
+// that stop waiting for their next check when Temporal suggests continuing
+// as new.
+const continueWhileWaitingChange = "continue-while-waiting"
 
 // verifyAfterKeysChange is the workflow.GetVersion change id of runs whose
 // verify update, sent while the keys are generated or published, waits for
