@@ -74,12 +74,12 @@ func (s *Server) answerDev(ctx context.Context, q dns.Question, resp *dns.Msg) *
 			}
 			if wants(dns.TypeTXT) {
 				for _, v := range values {
-					resp.Answer = append(resp.Answer, txtRecord(target, v))
+					resp.Answer = append(resp.Answer, txtRecord(target, v, recordTTL))
 				}
 			}
 		case "TXT":
 			if wants(dns.TypeTXT) {
-				resp.Answer = append(resp.Answer, txtRecord(q.Name, r.Value))
+				resp.Answer = append(resp.Answer, txtRecord(q.Name, r.Value, recordTTL))
 			}
 		case "MX":
 			prio, host, _ := strings.Cut(r.Value, " ")

@@ -116,10 +116,11 @@ func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
 	}
 	apex := name == s.zone
 	var txt []string
+	ttl := uint32(recordTTL)
 	if !apex || q.Qtype == dns.TypeTXT || q.Qtype == dns.TypeANY {
 		lookupCtx, cancel := context.WithTimeout(ctx, lookupTimeout)
 		defer cancel()
-		values, err := s.lookups.txt(lookupCtx, strings.TrimSuffix(name, "."))
+		values, stale, err := s.lookups.txt(lookupCtx, strings.TrimSuffix(name, "."))
 		if err != nil {
 			// The name, never the values: they are keys of customers. A
 			// look-up refused as one too many is not logged: in a flood
@@ -132,6 +133,9 @@ func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
 			return resp
 		}
 		txt = values
+		if stale {
+			ttl = staleAnswerTTL
+		}
 	}
 
 	if apex {
@@ -150,7 +154,7 @@ func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
 	}
 	if q.Qtype == dns.TypeTXT || q.Qtype == dns.TypeANY {
 		for _, value := range txt {
-			resp.Answer = append(resp.Answer, txtRecord(name, value))
+			resp.Answer = append(resp.Answer, txtRecord(name, value, ttl))
 		}
 	}
 	if len(resp.Answer) == 0 {

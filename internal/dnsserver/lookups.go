@@ -19,10 +19,12 @@ import (
 //     were read within staleTTL is answered with them instead (RFC 8767's
 //     serve-stale): the selectors receivers ask for, which a flood would
 //     otherwise push out of memory 2 s after their last read, keep being
-//     answered while the flood lasts, or while the database is away.
+//     answered while the flood lasts, or while the database is away, with
+//     a TTL of staleAnswerTTL, so resolvers ask again soon (RFC 8767 §4).
 const (
 	cacheTTL       = 2 * time.Second
 	staleTTL       = 5 * time.Minute
+	staleAnswerTTL = 30 // seconds
 	maxCached      = 10_000
 	maxLookups     = 16
 	lookupSlotWait = 100 * time.Millisecond
@@ -50,20 +52,21 @@ func newLookups(src Source) *lookups {
 }
 
 // txt returns name's TXT values, from the cache when they were read less
-// than cacheTTL ago, or less than staleTTL ago when they cannot be read now.
-// Only names with values are cached: made-up names would only fill it.
-func (l *lookups) txt(ctx context.Context, name string) ([]string, error) {
+// than cacheTTL ago, or less than staleTTL ago when they cannot be read now
+// (stale). Only names with values are cached: made-up names would only fill
+// it.
+func (l *lookups) txt(ctx context.Context, name string) (values []string, stale bool, err error) {
 	now := time.Now()
 	l.mu.Lock()
 	c, ok := l.cached[name]
 	l.mu.Unlock()
 	if ok && now.Sub(c.at) < cacheTTL {
-		return c.values, nil
+		return c.values, false, nil
 	}
 
-	values, err := l.lookup(ctx, name)
+	values, err = l.lookup(ctx, name)
 	if err != nil && ok && now.Sub(c.at) < staleTTL {
-		return c.values, nil
+		return c.values, true, nil
 	}
 	if err == nil && len(values) == 0 && ok {
 		// Gone (deleted, rotated out): never served stale again.
@@ -72,7 +75,7 @@ func (l *lookups) txt(ctx context.Context, name string) ([]string, error) {
 		l.mu.Unlock()
 	}
 	if err != nil || len(values) == 0 {
-		return values, err
+		return values, false, err
 	}
 	l.mu.Lock()
 	if len(l.cached) >= maxCached {
@@ -80,7 +83,7 @@ func (l *lookups) txt(ctx context.Context, name string) ([]string, error) {
 	}
 	l.cached[name] = cachedValues{values: values, at: now}
 	l.mu.Unlock()
-	return values, nil
+	return values, false, nil
 }
 
 // lookup reads name's values in one of the slots.

@@ -35,7 +35,7 @@ func TestLookupsAreCachedAndBounded(t *testing.T) {
 	l := newLookups(src)
 	ctx := context.Background()
 	for range 3 {
-		if v, err := l.txt(ctx, "sel._domainkey.example"); err != nil || len(v) != 1 {
+		if v, _, err := l.txt(ctx, "sel._domainkey.example"); err != nil || len(v) != 1 {
 			t.Fatalf("%v, %v", v, err)
 		}
 	}
@@ -48,7 +48,7 @@ func TestLookupsAreCachedAndBounded(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 4 * maxLookups {
 		wg.Go(func() {
-			if _, err := l.txt(ctx, "made-up-"+string(rune('a'+i%26))+string(rune('a'+i/26))); errors.Is(err, errBusy) {
+			if _, _, err := l.txt(ctx, "made-up-"+string(rune('a'+i%26))+string(rune('a'+i/26))); errors.Is(err, errBusy) {
 				busy.Add(1)
 			}
 		})
@@ -68,19 +68,19 @@ func TestLookupsAreCachedAndBounded(t *testing.T) {
 func TestLookupsServeStaleValuesWhenBusy(t *testing.T) {
 	l := newLookups(&slowSource{values: []string{"v=DKIM1; p=abc"}})
 	ctx := context.Background()
-	if _, err := l.txt(ctx, selector); err != nil {
+	if _, _, err := l.txt(ctx, selector); err != nil {
 		t.Fatal(err)
 	}
 	l.age(selector, cacheTTL)
 	l.occupySlots(t)
-	if v, err := l.txt(ctx, selector); err != nil || len(v) != 1 || v[0] != "v=DKIM1; p=abc" {
+	if v, _, err := l.txt(ctx, selector); err != nil || len(v) != 1 || v[0] != "v=DKIM1; p=abc" {
 		t.Fatalf("a selector read %v ago, while busy: %v, %v", cacheTTL, v, err)
 	}
-	if _, err := l.txt(ctx, "never-read._domainkey.example"); !errors.Is(err, errBusy) {
+	if _, _, err := l.txt(ctx, "never-read._domainkey.example"); !errors.Is(err, errBusy) {
 		t.Fatalf("a name never read, while busy: %v, want errBusy", err)
 	}
 	l.age(selector, staleTTL)
-	if _, err := l.txt(ctx, selector); !errors.Is(err, errBusy) {
+	if _, _, err := l.txt(ctx, selector); !errors.Is(err, errBusy) {
 		t.Fatalf("a selector read more than %v ago, while busy: %v, want errBusy", staleTTL, err)
 	}
 }
@@ -91,16 +91,16 @@ func TestLookupsForgetAGoneName(t *testing.T) {
 	src := &slowSource{values: []string{"v=DKIM1; p=abc"}}
 	l := newLookups(src)
 	ctx := context.Background()
-	if _, err := l.txt(ctx, selector); err != nil {
+	if _, _, err := l.txt(ctx, selector); err != nil {
 		t.Fatal(err)
 	}
 	l.age(selector, cacheTTL)
 	src.values = nil
-	if v, err := l.txt(ctx, selector); err != nil || len(v) != 0 {
+	if v, _, err := l.txt(ctx, selector); err != nil || len(v) != 0 {
 		t.Fatalf("a gone name: %v, %v", v, err)
 	}
 	l.occupySlots(t)
-	if _, err := l.txt(ctx, selector); !errors.Is(err, errBusy) {
+	if _, _, err := l.txt(ctx, selector); !errors.Is(err, errBusy) {
 		t.Fatalf("a gone name while busy: %v, want errBusy, not its old values", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -410,4 +411,44 @@ func TestListenAndServeReportsBadAddress(t *testing.T) {
 	if err == nil {
 		t.Fatal("no error for an address without a port")
 	}
+}
+
+// A selector answered from memory while the database fails carries a TTL
+// of 30 s instead of the record's 300 (RFC 8767 §4), so resolvers ask again
+// soon after the database is back.
+func TestStaleAnswersHaveAShortTTL(t *testing.T) {
+	name := "k1._domainkey." + zone
+	src := &failableSource{values: []string{dkimValue(t, 1024)}}
+	var srv *Server
+	ts := startConfigured(t, src, func(s *Server) { srv = s })
+	ttlOf := func() uint32 {
+		t.Helper()
+		resp := exchange(t, "udp", ts.addr, question(name+".", dns.TypeTXT))
+		checkHeader(t, resp, dns.RcodeSuccess, true)
+		if len(resp.Answer) != 1 {
+			t.Fatalf("answer %v", resp.Answer)
+		}
+		return resp.Answer[0].Header().Ttl
+	}
+	if ttl := ttlOf(); ttl != recordTTL {
+		t.Fatalf("a fresh answer's TTL is %d, want %d", ttl, recordTTL)
+	}
+	srv.lookups.age(name, cacheTTL)
+	src.failing.Store(true)
+	if ttl := ttlOf(); ttl != staleAnswerTTL {
+		t.Fatalf("a stale answer's TTL is %d, want %d", ttl, staleAnswerTTL)
+	}
+}
+
+// failableSource answers values for every name until failing is set.
+type failableSource struct {
+	values  []string
+	failing atomic.Bool
+}
+
+func (f *failableSource) LookupTXT(context.Context, string) ([]string, error) {
+	if f.failing.Load() {
+		return nil, errors.New("database connection lost")
+	}
+	return f.values, nil
 }

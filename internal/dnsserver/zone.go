@@ -72,9 +72,9 @@ func (s *Server) nameServerRecords(qtype uint16) []dns.RR {
 	return out
 }
 
-func txtRecord(owner, value string) *dns.TXT {
+func txtRecord(owner, value string, ttl uint32) *dns.TXT {
 	return &dns.TXT{
-		Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: recordTTL},
+		Hdr: dns.RR_Header{Name: owner, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: ttl},
 		// Values longer than 255 bytes become several character-strings
 		// of one record; DKIM verifiers join them (RFC 6376 §3.6.2.2).
 		Txt: dnspublish.TXTStrings(value),
