@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -134,14 +135,30 @@ func (s *Store) ListSuppressions(ctx context.Context, orgID int64, page Page) ([
 
 // DeleteSuppression removes email (in NormalizeEmail's form) from the
 // organization's list and returns the removed entry; ErrNotFound when it is
-// not on the list (or only on another organization's).
+// not on the list (or only on another organization's). An entry stored
+// before domains were written in their IDNA form (lower-cased only, e.g.
+// ada@bücher.example) is removed too: the list shows it so, and its owner
+// could otherwise never take it off.
 func (s *Store) DeleteSuppression(ctx context.Context, orgID int64, email string) (*Suppression, error) {
-	sup := new(Suppression)
-	err := s.DB.NewDelete().Model(sup).
-		Where("organization_id = ?", orgID).Where("email = ?", NormalizeEmail(email)).
+	forms := []string{NormalizeEmail(email)}
+	if before := strings.ToLower(strings.TrimSpace(email)); before != forms[0] {
+		forms = append(forms, before)
+	}
+	var removed []Suppression
+	err := s.DB.NewDelete().Model(&removed).
+		Where("organization_id = ?", orgID).Where("email IN (?)", bun.List(forms)).
 		Returning("*").Scan(ctx)
+	if err == nil && len(removed) == 0 {
+		err = sql.ErrNoRows
+	}
 	if err != nil {
 		return nil, notFound(err, "suppression")
 	}
-	return sup, nil
+	// Both forms of one address: the current one is the entry's.
+	for i := range removed {
+		if removed[i].Email == forms[0] {
+			return &removed[i], nil
+		}
+	}
+	return &removed[0], nil
 }

@@ -266,6 +266,19 @@ func TestSuppressionList(t *testing.T) {
 		if removed, err := st.DeleteSuppression(ctx, org, "ada@bücher.example"); err != nil || removed.Email != "ada@xn--bcher-kva.example" {
 			t.Fatalf("delete by the Unicode form: %+v %v", removed, err)
 		}
+
+		// An entry stored before domains were normalized to IDNA keeps the
+		// Unicode form the list shows; deleting by that form removes it.
+		legacy := &store.Suppression{OrganizationID: org, Email: "bob@bücher.example", Reason: store.SuppressionHardBounce, CreatedAt: time.Now()}
+		if _, err := st.DB.NewInsert().Model(legacy).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if removed, err := st.DeleteSuppression(ctx, org, "Bob@Bücher.example"); err != nil || removed.Email != "bob@bücher.example" {
+			t.Fatalf("delete of an entry in the form of before: %+v %v", removed, err)
+		}
+		if n, err := st.DB.NewSelect().Model((*store.Suppression)(nil)).Where("organization_id = ?", org).Where("email = ?", "bob@bücher.example").Count(ctx); err != nil || n != 0 {
+			t.Fatalf("the entry of before is still listed: %d, %v", n, err)
+		}
 	})
 }
 
