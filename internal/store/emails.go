@@ -336,10 +336,17 @@ func (s *Store) UnacceptedEmailsBefore(ctx context.Context, cutoff time.Time, li
 // lists them. It is written by the sweep only, never on the way an email is
 // sent.
 func (s *Store) MarkEmailWorkflowsSeen(ctx context.Context, ids []string) error {
+	return s.markWorkflowsSeen(ctx, (*Email)(nil), ids)
+}
+
+// markWorkflowsSeen sets workflow_seen_at, once, on the rows of model's
+// table (emails, inbound messages) with the ids: a sweep found or started
+// their workflows, and lists them no more.
+func (s *Store) markWorkflowsSeen(ctx context.Context, model any, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := s.DB.NewUpdate().Model((*Email)(nil)).Set("workflow_seen_at = ?", now()).
+	_, err := s.DB.NewUpdate().Model(model).Set("workflow_seen_at = ?", now()).
 		Where("id IN (?)", bun.List(ids)).Where("workflow_seen_at IS NULL").Exec(ctx)
 	return err
 }

@@ -141,12 +141,7 @@ func (s *Store) UnhandledInboundBefore(ctx context.Context, cutoff time.Time, li
 // terminated it) cannot be started again under its id, and asking about it
 // every pass would keep newer messages out of the sweep's batches.
 func (s *Store) MarkInboundWorkflowsSeen(ctx context.Context, ids []string) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	_, err := s.DB.NewUpdate().Model((*InboundMessage)(nil)).Set("workflow_seen_at = ?", now()).
-		Where("id IN (?)", bun.List(ids)).Where("workflow_seen_at IS NULL").Exec(ctx)
-	return err
+	return s.markWorkflowsSeen(ctx, (*InboundMessage)(nil), ids)
 }
 
 // EmailEnvelope reads what the inbound listener and its workflow need of an
