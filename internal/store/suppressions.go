@@ -51,7 +51,7 @@ type Suppression struct {
 // stored: a complaint ingested for ada@bücher.example must stop mail to
 // ada@xn--bcher-kva.example.
 func NormalizeEmail(email string) string {
-	email = strings.ToLower(strings.TrimSpace(email))
+	email = caseFolded(email)
 	at := strings.LastIndexByte(email, '@')
 	if at < 0 {
 		return email
@@ -61,6 +61,10 @@ func NormalizeEmail(email string) string {
 	}
 	return email
 }
+
+// caseFolded is an address trimmed and lower-cased: NormalizeEmail's form
+// before it wrote domains in their IDNA form.
+func caseFolded(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
 
 // Suppress adds email to the organization's list. It is idempotent: an
 // existing entry keeps its first reason and created_at, except that a hard
@@ -141,7 +145,7 @@ func (s *Store) ListSuppressions(ctx context.Context, orgID int64, page Page) ([
 // could otherwise never take it off.
 func (s *Store) DeleteSuppression(ctx context.Context, orgID int64, email string) (*Suppression, error) {
 	forms := []string{NormalizeEmail(email)}
-	if before := strings.ToLower(strings.TrimSpace(email)); before != forms[0] {
+	if before := caseFolded(email); before != forms[0] {
 		forms = append(forms, before)
 	}
 	var removed []Suppression

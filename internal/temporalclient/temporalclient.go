@@ -50,9 +50,9 @@ func Options(cfg *config.Config, logger *slog.Logger) (client.Options, error) {
 // Connection is how every Mailyard process connects to Temporal: without
 // the SDK's default gzip. What crosses Temporal is ids, counts and durations
 // (a few hundred bytes a message), and gzip set up a fresh compressor's
-// tables for each: about a quarter of the client's CPU of a workflow start,
-// and the server's for every answer it compressed back (README,
-// "Benchmarks"). Answers the server compresses anyway are still read.
+// tables for each: about a quarter of the client's CPU of a workflow start
+// (README, "Benchmarks"), and the server answers a gzipped request in gzip.
+// Answers the server compresses anyway are still read.
 func Connection() client.ConnectionOptions {
 	return client.ConnectionOptions{GrpcCompression: &client.GrpcCompressionNone{}}
 }
