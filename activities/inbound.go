@@ -109,8 +109,8 @@ func (a *Inbound) Handle(ctx context.Context, in inbound.HandleInput) (inbound.H
 		// Handled by an earlier try: start what it may have left unstarted.
 		// It recorded the email the message concerned, also one a
 		// complaint to fbl@ named. Only handled_at says handled: a message
-		// without bytes may be an empty one not handled yet (only handled
-		// messages are erased).
+		// without bytes may be an empty one not handled yet, and erased_at
+		// says erased.
 		out := inbound.HandleResult{Kind: deref(m.Kind)}
 		if m.EmailID != nil {
 			out.OrganizationID, out.DomainID = deref(m.OrganizationID), deref(m.DomainID)
@@ -119,6 +119,12 @@ func (a *Inbound) Handle(ctx context.Context, in inbound.HandleInput) (inbound.H
 			}
 		}
 		return out, nil
+	}
+	if m.ErasedAt != nil {
+		// Never handled, and erased when the retention time ran out (a run
+		// that came that late: docs/inbound.md, "Retention"). Its bytes are
+		// gone, so it is not classified, counted or marked handled.
+		return inbound.HandleResult{Kind: store.InboundUnrecognized}, nil
 	}
 
 	report := bouncereport.Parse(m.Raw, bouncereport.Envelope{

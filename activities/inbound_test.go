@@ -335,6 +335,32 @@ func TestHandleEmptyMessage(t *testing.T) {
 	}
 }
 
+// A message the retention sweep erased before it was ever handled (its run
+// came after the retention time) changes nothing when its run comes: a
+// hard bounce it may have carried is gone with its bytes, and the message
+// is neither classified nor marked handled.
+func TestHandleMessageErasedUnhandled(t *testing.T) {
+	f := newInboundFixture(t, "nobody@example.org")
+	ctx := context.Background()
+	id := f.receive(t, "postfix-hard.eml", true, "")
+	if n, err := f.st.EraseInboundUnhandledBefore(ctx, time.Now().Add(time.Minute), 10); err != nil || n != 1 {
+		t.Fatalf("erased %d (%v), want the message", n, err)
+	}
+	if res := f.handle(t, id); res.Kind != store.InboundUnrecognized || res.Effects != 0 {
+		t.Fatalf("erased message: %+v", res)
+	}
+	m, err := f.st.InboundMessageByID(ctx, id)
+	if err != nil || m.HandledAt != nil || m.Kind != nil {
+		t.Fatalf("erased message after its run: %+v, %v", m, err)
+	}
+	if r := f.recipient(t, "nobody@example.org"); r.Status != store.RecipientDelivered {
+		t.Fatalf("recipient %s after an erased report, want delivered", r.Status)
+	}
+	if got := f.suppressed(t); len(got) != 0 {
+		t.Fatalf("suppressed %v after an erased report", got)
+	}
+}
+
 // flakyTemporal is a client of a real Temporal server that refuses the
 // first workflow starts (Temporal unreachable) and records the ids of those
 // it then makes.

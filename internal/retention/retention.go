@@ -1,7 +1,7 @@
 // Package retention erases what MAILYARD_EMAIL_RETENTION allows to keep no
 // longer: the content and signed messages of emails sent longer ago, and
-// the bytes and addresses of inbound messages handled longer ago
-// (docs/sending.md, "Retention"). Every worker process sweeps; the sweeps
+// the bytes and addresses of inbound messages handled longer ago, or received
+// longer ago and never handled (docs/sending.md, "Retention"). Every worker process sweeps; the sweeps
 // are idempotent, so several may overlap.
 package retention
 
@@ -38,11 +38,12 @@ func Sweep(ctx context.Context, st *store.Store, retention time.Duration, logger
 	})
 }
 
-// Once erases everything sent or handled before cutoff, a batch at a time:
-// emails, then inbound messages, each whatever became of the other.
+// Once erases everything sent or handled before cutoff, and the inbound
+// messages received before it and never handled, a batch at a time: emails,
+// then inbound messages, each whatever became of the other.
 func Once(ctx context.Context, st *store.Store, cutoff time.Time) error {
 	var errs []error
-	for _, erase := range []func(context.Context, time.Time, int) (int, error){st.EraseEmailsSentBefore, st.EraseInboundHandledBefore} {
+	for _, erase := range []func(context.Context, time.Time, int) (int, error){st.EraseEmailsSentBefore, st.EraseInboundHandledBefore, st.EraseInboundUnhandledBefore} {
 		for {
 			n, err := erase(ctx, cutoff, batch)
 			if err != nil {

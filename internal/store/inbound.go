@@ -114,6 +114,29 @@ func (s *Store) EraseInboundHandledBefore(ctx context.Context, cutoff time.Time,
 	return int(n), err
 }
 
+// EraseInboundUnhandledBefore erases, as EraseInboundMessage does, up to
+// limit messages received before cutoff that were never handled and are not
+// erased yet, oldest first, and reports how many it erased: the retention
+// sweep's second half. A message is handled within seconds of its arrival
+// unless its run was terminated or failed for good; its bytes and addresses
+// must not outlive the retention time for that (docs/inbound.md). Should
+// its run still come, it finds the message erased and changes nothing
+// (activities.Inbound.Handle).
+func (s *Store) EraseInboundUnhandledBefore(ctx context.Context, cutoff time.Time, limit int) (int, error) {
+	// The conditions are those of inbound_messages_unerased_unhandled_idx.
+	due := s.DB.NewSelect().Model((*InboundMessage)(nil)).Column("id").
+		Where("erased_at IS NULL").Where("handled_at IS NULL").Where("received_at < ?", cutoff).
+		OrderExpr("received_at").Limit(int64(limit))
+	// Checked again on the row itself, as in EraseInboundHandledBefore: the
+	// message may have been handled or erased since the subquery read it.
+	res, err := s.eraseInbound().Where("id IN (?)", due).Where("erased_at IS NULL").Where("handled_at IS NULL").Exec(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
+}
+
 func (s *Store) eraseInbound() *bun.UpdateQuery {
 	return s.DB.NewUpdate().Model((*InboundMessage)(nil)).
 		Set("raw = NULL").Set("mail_from = ''").Set("recipients = '[]'").

@@ -111,18 +111,23 @@ func TestEraseEmailsSkipsThoseAnotherSweepHolds(t *testing.T) {
 }
 
 // The same for inbound messages: those handled before the cutoff lose
-// their bytes and addresses; one handled since, or not handled yet, keeps
+// their bytes and addresses, and so do those received before it and never
+// handled; one handled since, or received since and not handled yet, keeps
 // them.
 func TestEraseInboundHandledBefore(t *testing.T) {
 	testenv.Dialects(t, func(t *testing.T, url string) {
 		ctx := context.Background()
 		st := testenv.OpenStore(t, url)
 		now := time.Now()
-		message := func(handledAt *time.Time) string {
+		message := func(receivedAt time.Time, handledAt *time.Time) string {
 			t.Helper()
 			m := &store.InboundMessage{ID: uuid.Must(uuid.NewV7()).String(), MailFrom: "mailer-daemon@r.example",
 				Recipients: store.AddressList{"bounces+x@mail.x.example"}, Raw: []byte("Subject: x\r\n\r\nbody")}
 			if err := st.CreateInboundMessage(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.DB.NewUpdate().Model((*store.InboundMessage)(nil)).Set("received_at = ?", receivedAt.UTC()).
+				Where("id = ?", m.ID).Exec(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if handledAt != nil {
@@ -136,15 +141,31 @@ func TestEraseInboundHandledBefore(t *testing.T) {
 			}
 			return m.ID
 		}
-		hoursAgo := now.Add(-2 * time.Hour)
-		old, recent, unhandled := message(&hoursAgo), message(&now), message(nil)
+		hoursAgo, dayAgo := now.Add(-2*time.Hour), now.Add(-24*time.Hour)
+		// recent was received a day ago and handled now; oldUnhandled and
+		// olderUnhandled were never handled.
+		old, recent := message(dayAgo, &hoursAgo), message(dayAgo, &now)
+		olderUnhandled, oldUnhandled, unhandled := message(dayAgo, nil), message(hoursAgo, nil), message(now, nil)
+		cutoff := now.Add(-time.Hour)
 		for i, want := range []int{1, 0} {
-			n, err := st.EraseInboundHandledBefore(ctx, now.Add(-time.Hour), 10)
+			n, err := st.EraseInboundHandledBefore(ctx, cutoff, 10)
 			if err != nil || n != want {
 				t.Fatalf("pass %d erased %d (%v), want %d", i, n, err, want)
 			}
 		}
-		for id, want := range map[string]bool{old: true, recent: false, unhandled: false} {
+		// Oldest first, limit at a time.
+		for i, want := range []int{1, 1, 0} {
+			n, err := st.EraseInboundUnhandledBefore(ctx, cutoff, 1)
+			if err != nil || n != want {
+				t.Fatalf("unhandled pass %d erased %d (%v), want %d", i, n, err, want)
+			}
+			if i == 0 {
+				if m, err := st.InboundMessageByID(ctx, oldUnhandled); err != nil || m.ErasedAt != nil {
+					t.Fatalf("the first pass erased a newer message before the oldest: %+v, %v", m, err)
+				}
+			}
+		}
+		for id, want := range map[string]bool{old: true, recent: false, olderUnhandled: true, oldUnhandled: true, unhandled: false} {
 			m, err := st.InboundMessageByID(ctx, id)
 			if err != nil {
 				t.Fatal(err)
