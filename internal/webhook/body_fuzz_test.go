@@ -12,7 +12,8 @@ import (
 // FuzzBuildBody feeds the ingest API's fields (and a raw JSON data object, as
 // platform events pass) through the body builder. Invariant: a body is either
 // refused with an error (only for an empty event type or a UTC year outside
-// 0000..9999, which RFC 3339 cannot write) or is one line of valid JSON with exactly the
+// 0001..9999: RFC 3339 cannot write the years after, and PostgreSQL has no
+// year 0) or is one line of valid JSON with exactly the
 // documented top-level fields in order, the timestamp in RFC 3339 UTC, and
 // the caller's strings back unchanged when they are valid UTF-8; building
 // twice gives the same bytes (retries send and sign the same body).
@@ -50,8 +51,9 @@ func FuzzBuildBody(f *testing.F) {
 				t.Fatalf("BuildBody is not deterministic: %s then %s", body, again)
 			}
 		} else if eventType != "" {
-			// Years outside 0..9999 cannot be written as RFC 3339.
-			if y := at.UTC().Year(); y >= 0 && y <= 9999 {
+			// Years after 9999 cannot be written as RFC 3339; year 0
+			// cannot be stored in PostgreSQL.
+			if y := at.UTC().Year(); y >= 1 && y <= 9999 {
 				t.Fatalf("BuildBody(%q, %s, ...) refused: %v", eventType, at, err)
 			}
 		}
