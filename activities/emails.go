@@ -650,9 +650,9 @@ func (a *Emails) Cancel(ctx context.Context, in email.CancelInput) error {
 	return a.Store.CancelEmail(ctx, in.EmailID)
 }
 
-// Erase erases the stored message once the retention time is over (for
-// runs started before they ended when settled; newer emails are erased by
-// the retention sweep).
+// Erase erases the stored message: for a run canceled once sending has
+// begun, and, for runs started before they ended when settled, once the
+// retention time is over (newer emails are erased by the retention sweep).
 func (a *Emails) Erase(ctx context.Context, in email.EraseInput) error {
 	return a.Store.EraseEmailContent(ctx, in.EmailID)
 }

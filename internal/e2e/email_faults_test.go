@@ -304,7 +304,8 @@ func (s *stack) runInProcess(schedule []time.Duration) {
 // after its last attempt is over; the envelope stays. An email still
 // deferred when its domain is deleted is not sent again: its next attempt
 // bounces the pending recipient (soft, not suppressed) with reason
-// domain_deleted.
+// domain_deleted. An email whose run an operator cancels while its
+// recipient is deferred is erased at once, and stays queued.
 func TestEmailRetentionAndDomainDeletion(t *testing.T) {
 	t.Parallel()
 	mx := startMX(t)
@@ -333,13 +334,33 @@ func TestEmailRetentionAndDomainDeletion(t *testing.T) {
 		}).ID
 	}
 	email := api.email
-	delivered, deferred := send("ok@rcpt.example"), send("defer@rcpt.example")
+	delivered, deferred, canceled := send("ok@rcpt.example"), send("defer@rcpt.example"), send("defer-canceled@rcpt.example")
 
-	// Domain deletion: the first attempts are made (one delivered, one
-	// deferred); the domain is deleted before the next.
+	// Domain deletion: the first attempts are made (one delivered, two
+	// deferred); an operator cancels one deferred email's run, and the
+	// domain is deleted before the next attempts.
 	testenv.Eventually(t, 30*time.Second, "first attempts", func() bool {
-		return email(delivered).Status == "sent" && email(deferred).Recipients[0].Status == "deferred"
+		return email(delivered).Status == "sent" && email(deferred).Recipients[0].Status == "deferred" &&
+			email(canceled).Recipients[0].Status == "deferred"
 	})
+	ctx := context.Background()
+	if err := s.temporalC.CancelWorkflow(ctx, "email-delivery:"+canceled, ""); err != nil {
+		t.Fatal(err)
+	}
+	st := testenv.OpenStore(t, s.databaseURL)
+	var canceledRow struct {
+		Content  []byte     `bun:"content"`
+		ErasedAt *time.Time `bun:"erased_at"`
+	}
+	testenv.Eventually(t, 30*time.Second, "the canceled run's email erased", func() bool {
+		if err := st.DB.NewRaw("SELECT content, erased_at FROM emails WHERE id = ?", canceled).Scan(ctx, &canceledRow); err != nil {
+			t.Fatal(err)
+		}
+		return canceledRow.ErasedAt != nil
+	})
+	if e := email(canceled); canceledRow.Content != nil || e.Status != "queued" || e.Recipients[0].Status != "deferred" || e.Recipients[0].Attempts != 1 {
+		t.Fatalf("email of the canceled run: content %d bytes, %+v", len(canceledRow.Content), e)
+	}
 	api.deleteDomain(domainID)
 	testenv.Eventually(t, 30*time.Second, "email of the deleted domain ends", func() bool { return email(deferred).Status == "sent" })
 	r := email(deferred).Recipients[0]
@@ -355,8 +376,6 @@ func TestEmailRetentionAndDomainDeletion(t *testing.T) {
 
 	// Retention: each email is erased once the retention time after its
 	// last attempt is over, not before.
-	st := testenv.OpenStore(t, s.databaseURL)
-	ctx := context.Background()
 	for _, id := range []string{delivered, deferred} {
 		var row struct {
 			Content       []byte     `bun:"content"`

@@ -33,10 +33,11 @@ func TestReplayRecordedHistories(t *testing.T) {
 	testenv.ReplayHistories(t, "testdata/email-delivery-inflight-*.json", 2, email.Workflow, email.WorkflowName)
 	// Changes that only some runs meet, each recorded on the code before
 	// and after it (TestRecordHistories with MAILYARD_RECORD_RARE): two
-	// reschedules whose steps commit in the other order, and a run
-	// canceled through Temporal while the email waits. The runs after
-	// record the change's marker; those before have none.
-	testenv.ReplayHistories(t, "testdata/email-delivery-rare-*.json", 4, email.Workflow, email.WorkflowName)
+	// reschedules whose steps commit in the other order, a run canceled
+	// through Temporal while the email waits, and one canceled while its
+	// recipient waits for the next attempt. The runs after record the
+	// change's marker; those before have none.
+	testenv.ReplayHistories(t, "testdata/email-delivery-rare-*.json", 6, email.Workflow, email.WorkflowName)
 	files, _ := filepath.Glob("testdata/email-delivery-rare-*.json")
 	for _, f := range files {
 		raw, err := os.ReadFile(f)

@@ -108,7 +108,7 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 		err := localfirst.Execute(actx, firstAttemptOptions, localStepFallbackChange, FirstAttemptActivity,
 			FirstAttemptInput{EmailID: in.EmailID, Send: send, Final: len(schedule) == 1}, &first)
 		if err != nil {
-			return Result{}, err
+			return Result{}, eraseCanceledRun(ctx, stepCtx, in.EmailID, err)
 		}
 		prep, pending = first.PrepareResult, first.Pending
 		if first.Attempted {
@@ -129,13 +129,13 @@ func Workflow(ctx workflow.Context, in Input) (Result, error) {
 	for i := next; i < len(schedule) && pending > 0; i++ {
 		if wait := jitter.Spread(schedule[i], in.EmailID, i+1); wait > 0 {
 			if err := workflow.Sleep(ctx, wait); err != nil {
-				return Result{}, err
+				return Result{}, eraseCanceledRun(ctx, stepCtx, in.EmailID, err)
 			}
 		}
 		var r AttemptResult
 		attempt := AttemptInput{EmailID: in.EmailID, Attempt: i + 1, Final: i == len(schedule)-1}
 		if err := workflow.ExecuteActivity(attemptCtx, AttemptActivity, attempt).Get(ctx, &r); err != nil {
-			return Result{}, err
+			return Result{}, eraseCanceledRun(ctx, stepCtx, in.EmailID, err)
 		}
 		attempts = i + 1
 		pending = r.Pending
@@ -238,6 +238,30 @@ func recordCanceledRun(ctx, stepCtx workflow.Context, emailID string, err error)
 	recordCtx, _ := workflow.NewDisconnectedContext(stepCtx)
 	if cerr := workflow.ExecuteActivity(recordCtx, CancelActivity, CancelInput{EmailID: emailID}).Get(recordCtx, nil); cerr != nil {
 		return cerr
+	}
+	return err
+}
+
+// canceledRunErasesChange is the workflow.GetVersion change id of runs
+// that, canceled through Temporal once sending has begun (an operator in
+// the Temporal UI), erase the email's stored message before they end
+// (recorded only in the runs where it happens).
+const canceledRunErasesChange = "canceled-run-erases-email"
+
+// eraseCanceledRun erases the email's stored content and signed messages
+// when err is the run's own cancellation, and returns err. Nothing will
+// send them: the pending recipients stay as they are, with no run to make
+// another attempt, and the email never becomes sent, which is when the
+// retention sweep's time starts (docs/sending.md). Runs from before ended
+// at once, kept the message for ever, and replay that way.
+func eraseCanceledRun(ctx, stepCtx workflow.Context, emailID string, err error) error {
+	if !temporal.IsCanceledError(err) ||
+		workflow.GetVersion(ctx, canceledRunErasesChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return err
+	}
+	eraseCtx, _ := workflow.NewDisconnectedContext(stepCtx)
+	if eerr := workflow.ExecuteActivity(eraseCtx, EraseActivity, EraseInput{EmailID: emailID}).Get(eraseCtx, nil); eerr != nil {
+		return eerr
 	}
 	return err
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -186,5 +187,31 @@ func TestGoneEmailEnds(t *testing.T) {
 	r := run(t, env, Input{EmailID: testEmailID, Schedule: DefaultSchedule, Retention: time.Hour})
 	if r.Status != StatusGone || len(st.attempts) != 0 || !st.erasedAt.IsZero() {
 		t.Fatalf("result %+v, attempts %d", r, len(st.attempts))
+	}
+}
+
+// A run canceled through Temporal once sending has begun (an operator in
+// the Temporal UI), while it waits for the next attempt, erases the
+// email's stored message before it ends: nothing will send it, and the
+// email, never sent, is not the retention sweep's. Without the change's
+// marker (a run from before) it ends at once and keeps the message.
+func TestCanceledRunErasesTheEmail(t *testing.T) {
+	for _, before := range []bool{false, true} {
+		env, st := newEnv(t, PrepareResult{Pending: 1}, AttemptResult{Deferred: 1, Pending: 1})
+		if before {
+			env.OnGetVersion(canceledRunErasesChange, workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+		}
+		env.RegisterDelayedCallback(env.CancelWorkflow, 30*time.Second)
+		start := env.Now()
+		env.ExecuteWorkflow(WorkflowName, Input{EmailID: testEmailID, Schedule: DefaultSchedule, Retention: DefaultRetention, Version: CurrentVersion})
+		if !env.IsWorkflowCompleted() || !temporal.IsCanceledError(env.GetWorkflowError()) {
+			t.Fatalf("before %v: completed %v, error %v; want canceled", before, env.IsWorkflowCompleted(), env.GetWorkflowError())
+		}
+		if len(st.attempts) != 1 {
+			t.Fatalf("before %v: %d attempts, want the first only", before, len(st.attempts))
+		}
+		if erased := !st.erasedAt.IsZero(); erased == before || (erased && st.erasedAt.Sub(start) != 30*time.Second) {
+			t.Fatalf("before %v: erased at +%s (zero: not erased)", before, st.erasedAt.Sub(start))
+		}
 	}
 }
