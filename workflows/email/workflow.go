@@ -231,13 +231,21 @@ const canceledRunChange = "canceled-run-cancels-email"
 // API's cancel, finding no run, would start one. Runs from before ended at
 // once, and replay that way.
 func recordCanceledRun(ctx, stepCtx workflow.Context, emailID string, err error) error {
+	return stepWhenCanceled(ctx, stepCtx, canceledRunChange, CancelActivity, CancelInput{EmailID: emailID}, err)
+}
+
+// stepWhenCanceled runs the step (activity with input) when err is the
+// run's own cancellation and the run has the change, on a context the
+// cancellation does not reach, and returns err (the step's error if it
+// failed for good). The change is recorded only in the runs canceled.
+func stepWhenCanceled(ctx, stepCtx workflow.Context, change, activity string, input any, err error) error {
 	if !temporal.IsCanceledError(err) ||
-		workflow.GetVersion(ctx, canceledRunChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		workflow.GetVersion(ctx, change, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return err
 	}
-	recordCtx, _ := workflow.NewDisconnectedContext(stepCtx)
-	if cerr := workflow.ExecuteActivity(recordCtx, CancelActivity, CancelInput{EmailID: emailID}).Get(recordCtx, nil); cerr != nil {
-		return cerr
+	disconnected, _ := workflow.NewDisconnectedContext(stepCtx)
+	if serr := workflow.ExecuteActivity(disconnected, activity, input).Get(disconnected, nil); serr != nil {
+		return serr
 	}
 	return err
 }
@@ -255,15 +263,7 @@ const canceledRunErasesChange = "canceled-run-erases-email"
 // retention sweep's time starts (docs/sending.md). Runs from before ended
 // at once, kept the message for ever, and replay that way.
 func eraseCanceledRun(ctx, stepCtx workflow.Context, emailID string, err error) error {
-	if !temporal.IsCanceledError(err) ||
-		workflow.GetVersion(ctx, canceledRunErasesChange, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return err
-	}
-	eraseCtx, _ := workflow.NewDisconnectedContext(stepCtx)
-	if eerr := workflow.ExecuteActivity(eraseCtx, EraseActivity, EraseInput{EmailID: emailID}).Get(eraseCtx, nil); eerr != nil {
-		return eerr
-	}
-	return err
+	return stepWhenCanceled(ctx, stepCtx, canceledRunErasesChange, EraseActivity, EraseInput{EmailID: emailID}, err)
 }
 
 // waitUntilScheduled waits, for a scheduled email, until its time, on a
