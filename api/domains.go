@@ -15,6 +15,7 @@ import (
 	"github.com/mailyard/mailyard/internal/domainname"
 	"github.com/mailyard/mailyard/internal/keys"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/temporalclient"
 	"github.com/mailyard/mailyard/internal/verification"
 	"github.com/mailyard/mailyard/workflows/onboarding"
 )
@@ -199,7 +200,7 @@ func (s *Server) addDomain(ctx context.Context, in *AddDomainInput) (*Response[A
 		// That domain is answered, as it would have been.
 		undo := context.WithoutCancel(ctx)
 		// The domain's id is new: any run under it is this start's.
-		if exists, _, rerr := s.runOf(undo, onboarding.WorkflowID(d.ID)); rerr == nil && exists {
+		if exists, _, rerr := temporalclient.RunOf(undo, s.temporal, onboarding.WorkflowID(d.ID)); rerr == nil && exists {
 			return answer(), nil
 		}
 		if delErr := errors.Join(s.store.DeleteDomain(undo, d.ID), s.undoAnswerInTx(undo)); delErr != nil {

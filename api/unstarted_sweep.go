@@ -5,11 +5,9 @@ import (
 	"errors"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
-
 	"github.com/mailyard/mailyard/internal/periodic"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/temporalclient"
 	"github.com/mailyard/mailyard/workflows/email"
 	"github.com/mailyard/mailyard/workflows/onboarding"
 )
@@ -75,7 +73,7 @@ func (s *Server) SweepUnstartedEmails(ctx context.Context) (started, removed int
 	}()
 	for i := range emails {
 		e := &emails[i]
-		exists, _, err := s.runOf(ctx, email.WorkflowID(e.ID))
+		exists, _, err := temporalclient.RunOf(ctx, s.temporal, email.WorkflowID(e.ID))
 		if err != nil {
 			return started, removed, err // Temporal unreachable: try again next pass
 		}
@@ -136,7 +134,7 @@ func (s *Server) SweepUnstartedOnboarding(ctx context.Context) (int, error) {
 		for i := range domains {
 			d := &domains[i]
 			after = d.ID
-			_, open, err := s.runOf(ctx, onboarding.WorkflowID(d.ID))
+			_, open, err := temporalclient.RunOf(ctx, s.temporal, onboarding.WorkflowID(d.ID))
 			if err != nil {
 				return started, err
 			}
@@ -176,22 +174,6 @@ func (s *Server) SweepUnfinishedDeletions(ctx context.Context) (int, error) {
 		s.logger.InfoContext(ctx, "finished the deletion of a domain whose DELETE could not reach Temporal", "domain_id", d.ID)
 	}
 	return len(domains), nil
-}
-
-// runOf tells whether Temporal knows a run of the workflow id, and whether
-// its latest run is still open. An email whose workflow ran is done with,
-// open or closed; a reopened domain's onboarding has a closed run (its
-// window failed) and needs a new one.
-func (s *Server) runOf(ctx context.Context, workflowID string) (exists, open bool, err error) {
-	desc, err := s.temporal.DescribeWorkflowExecution(ctx, workflowID, "")
-	var notFound *serviceerror.NotFound
-	if errors.As(err, &notFound) {
-		return false, false, nil
-	}
-	if err != nil {
-		return false, false, err
-	}
-	return true, desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
 }
 
 // sweepUnstarted runs the sweeps every unstartedSweepEvery until ctx ends.

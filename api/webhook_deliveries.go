@@ -15,6 +15,7 @@ import (
 	"github.com/mailyard/mailyard/internal/deliveryruns"
 	"github.com/mailyard/mailyard/internal/eventtype"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/temporalclient"
 	"github.com/mailyard/mailyard/internal/webhook"
 	"github.com/mailyard/mailyard/workflows/delivery"
 )
@@ -170,7 +171,7 @@ func (s *Server) testWebhook(ctx context.Context, in *TestWebhookInput) (*Respon
 	answer := respond(DeliveryData{Delivery: deliveryFromStore(d, store.AttemptLog{})})
 	if err := s.deliveries.StartFirst(ctx, []string{id}); err != nil {
 		undo := context.WithoutCancel(ctx)
-		if exists, _, rerr := s.runOf(undo, delivery.WorkflowID(id)); rerr == nil && exists {
+		if exists, _, rerr := temporalclient.RunOf(undo, s.temporal, delivery.WorkflowID(id)); rerr == nil && exists {
 			return answer, nil
 		}
 		deleted, derr := s.store.DeleteUnattemptedDelivery(undo, id)

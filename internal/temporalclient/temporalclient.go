@@ -1,7 +1,8 @@
 // Package temporalclient builds the Temporal client options every Mailyard
 // process dials with: address and namespace, TLS (mutual TLS with a client
 // certificate, a private CA) and an API key from the configuration, the
-// process's logger, and the SDK metrics handler of internal/metrics.
+// process's logger, and the SDK metrics handler of internal/metrics; and
+// RunOf, the one question the sweeps ask Temporal about a workflow id.
 package temporalclient
 
 import (
