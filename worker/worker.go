@@ -20,6 +20,8 @@ import (
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/smtpsend"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/temporalclient"
+	"github.com/mailyard/mailyard/workflows/email"
 )
 
 // Deps are what the activities need; the caller owns their lifecycle.
@@ -120,7 +122,10 @@ func Run(ctx context.Context, d Deps) error {
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	var sweeping sync.WaitGroup
 	sweeping.Go(func() {
-		retention.Sweep(sweepCtx, d.Store, d.Config.EmailRetention, d.Logger.With("component", "retention"))
+		runOf := func(ctx context.Context, emailID string) (bool, bool, error) {
+			return temporalclient.RunOf(ctx, d.Client, email.WorkflowID(emailID))
+		}
+		retention.Sweep(sweepCtx, d.Store, runOf, d.Config.EmailRetention, d.Logger.With("component", "retention"))
 	})
 	defer func() { stopSweep(); sweeping.Wait() }()
 	select {

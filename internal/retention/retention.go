@@ -1,8 +1,9 @@
 // Package retention erases what MAILYARD_EMAIL_RETENTION allows to keep no
-// longer: the content and signed messages of emails sent longer ago, and
-// the bytes and addresses of inbound messages handled longer ago, or received
-// longer ago and never handled (docs/sending.md, "Retention"). Every worker process sweeps; the sweeps
-// are idempotent, so several may overlap.
+// longer: the content and signed messages of emails sent longer ago, and of
+// emails never sent whose run has ended (an operator terminated it); the
+// bytes and addresses of inbound messages handled longer ago, or received
+// longer ago and never handled (docs/sending.md, "Retention"). Every worker
+// process sweeps; the sweeps are idempotent, so several may overlap.
 package retention
 
 import (
@@ -20,6 +21,21 @@ import (
 // catches up in a few statements.
 const batch = 500
 
+// AbandonedAfter is how long after its creation an email never sent may
+// still be on its way: scheduled at most 30 days ahead, then about a day of
+// attempts on the default schedule (docs/sending.md), and a day to spare.
+// An email older than that and not sent, whose run has ended, was
+// abandoned; its content is erased the retention time after that.
+const AbandonedAfter = 32 * 24 * time.Hour
+
+// abandonedBatch is how many abandoned emails a pass looks at: each costs
+// a question to Temporal.
+const abandonedBatch = 100
+
+// RunOf tells whether Temporal knows a run of an email's workflow, and
+// whether that run is still open (temporalclient.RunOf).
+type RunOf func(ctx context.Context, emailID string) (known, open bool, err error)
+
 // Period is how often a process sweeps for a retention time: a quarter of
 // it, between a second and a minute, so a message outlives its retention
 // by at most that.
@@ -28,11 +44,18 @@ func Period(retention time.Duration) time.Duration {
 }
 
 // Sweep erases, every Period(retention) until ctx ends, what is older
-// than retention.
-func Sweep(ctx context.Context, st *store.Store, retention time.Duration, logger *slog.Logger) {
+// than retention, and the abandoned emails (EraseAbandoned) when runOf is
+// set.
+func Sweep(ctx context.Context, st *store.Store, runOf RunOf, retention time.Duration, logger *slog.Logger) {
 	every := Period(retention)
 	periodic.Every(ctx, every, every, func(ctx context.Context) {
-		if err := Once(ctx, st, time.Now().Add(-retention)); err != nil && ctx.Err() == nil {
+		cutoff := time.Now().Add(-retention)
+		err := Once(ctx, st, cutoff)
+		if runOf != nil {
+			_, aerr := EraseAbandoned(ctx, st, runOf, cutoff.Add(-AbandonedAfter))
+			err = errors.Join(err, aerr)
+		}
+		if err != nil && ctx.Err() == nil {
 			logger.WarnContext(ctx, "retention sweep", "error", err)
 		}
 	})
@@ -56,4 +79,36 @@ func Once(ctx context.Context, st *store.Store, cutoff time.Time) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// EraseAbandoned erases the content and signed messages of up to
+// abandonedBatch emails created before cutoff, never sent, whose run has
+// ended, oldest first, and reports how many it erased. Nothing will send
+// them: a run that ended (terminated, or failed) cannot be started again
+// under its id. An email whose run Temporal does not know is erased only
+// when a run accepted it (Temporal forgets a closed run after the
+// namespace's retention); one no run accepted may yet be started by the
+// API's sweep, which needs its content. An email whose run is still open
+// is left to it; such emails come first in every pass, so a backlog of
+// more than a batch of them, a month old, would hold the others back.
+func EraseAbandoned(ctx context.Context, st *store.Store, runOf RunOf, cutoff time.Time) (int, error) {
+	emails, err := st.UnsentEmailsCreatedBefore(ctx, cutoff, abandonedBatch)
+	if err != nil {
+		return 0, err
+	}
+	erased := 0
+	for _, e := range emails {
+		known, open, err := runOf(ctx, e.ID)
+		if err != nil {
+			return erased, err
+		}
+		if open || !known && !e.Accepted {
+			continue
+		}
+		if err := st.EraseEmailContent(ctx, e.ID); err != nil {
+			return erased, err
+		}
+		erased++
+	}
+	return erased, nil
 }

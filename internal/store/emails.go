@@ -739,6 +739,25 @@ func (s *Store) EraseEmailsSentBefore(ctx context.Context, cutoff time.Time, lim
 	return len(ids), err
 }
 
+// UnsentEmail is an email never sent, as the retention sweep sees it.
+type UnsentEmail struct {
+	ID string `bun:"id"`
+	// Accepted: a run of its workflow prepared it.
+	Accepted bool `bun:"accepted"`
+}
+
+// UnsentEmailsCreatedBefore lists up to limit emails created before cutoff
+// that were never sent and not erased, oldest first: the retention sweep
+// asks Temporal whether their runs have ended (retention.EraseAbandoned).
+func (s *Store) UnsentEmailsCreatedBefore(ctx context.Context, cutoff time.Time, limit int) ([]UnsentEmail, error) {
+	rows := []UnsentEmail{}
+	// The conditions are those of emails_unerased_unsent_idx.
+	err := s.DB.NewSelect().Model((*Email)(nil)).Column("id").ColumnExpr("accepted_at IS NOT NULL AS accepted").
+		Where("erased_at IS NULL").Where("sent_at IS NULL").Where("created_at < ?", cutoff).
+		OrderExpr("created_at").Limit(int64(limit)).Scan(ctx, &rows)
+	return rows, err
+}
+
 func eraseEmails(ctx context.Context, tx bun.Tx, ids []string) error {
 	if _, err := tx.NewUpdate().Model((*Email)(nil)).
 		Set("content = NULL").Set("signed_message = NULL").Set("erased_at = COALESCE(erased_at, ?)", now()).

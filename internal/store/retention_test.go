@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -173,6 +174,48 @@ func TestEraseInboundHandledBefore(t *testing.T) {
 			if gone := m.Raw == nil && len(m.Recipients) == 0 && m.MailFrom == "" && m.ErasedAt != nil; gone != want {
 				t.Fatalf("message %s: erased %v, want %v (%+v)", id, gone, want, m)
 			}
+		}
+	})
+}
+
+// The retention sweep's abandoned emails: those created before the cutoff,
+// never sent and not erased, oldest first and at most limit, each saying
+// whether a run accepted it.
+func TestUnsentEmailsCreatedBefore(t *testing.T) {
+	testenv.Dialects(t, func(t *testing.T, url string) {
+		ctx := context.Background()
+		st := testenv.OpenStore(t, url)
+		org := newOrg(t, st, "acme")
+		domain := newDomain(t, st, org, "x.example", store.DomainVerified)
+		now := time.Now()
+		created := func(at time.Time) string {
+			t.Helper()
+			id := newEmail(t, st, org, domain, "ada@r.example")
+			if _, err := st.DB.NewUpdate().Model((*store.Email)(nil)).Set("created_at = ?", at.UTC()).Where("id = ?", id).Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		older, old, erased, sent := created(now.Add(-3*time.Hour)), created(now.Add(-2*time.Hour)), created(now.Add(-2*time.Hour)), created(now.Add(-2*time.Hour))
+		created(now) // recent: not listed
+		if _, err := st.AcceptEmail(ctx, old, store.Acceptance{EnvelopeSender: "bounces+x@mail.x.example", Recipients: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.EraseEmailContent(ctx, erased); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.DB.NewUpdate().Model((*store.Email)(nil)).Set("status = ?", store.EmailSent).Set("sent_at = ?", now.UTC()).
+			Where("id = ?", sent).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cutoff := now.Add(-time.Hour)
+		got, err := st.UnsentEmailsCreatedBefore(ctx, cutoff, 10)
+		want := []store.UnsentEmail{{ID: older}, {ID: old, Accepted: true}}
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("listed %+v (%v), want %+v", got, err, want)
+		}
+		if got, err := st.UnsentEmailsCreatedBefore(ctx, cutoff, 1); err != nil || len(got) != 1 || got[0].ID != older {
+			t.Fatalf("limit 1 listed %+v (%v), want the oldest", got, err)
 		}
 	})
 }
