@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -23,12 +24,23 @@ import (
 // context.DeadlineExceeded) was not recognized, and both answered 503.
 func TestSlowLifecycleWorkflowsAreAnsweredFromTheStore(t *testing.T) {
 	h := newHarness(t)
+	// A Temporal of its own: on the package's shared server this worker
+	// took other tests' domain workflows, and their workers this test's
+	// runs, whose updates then were not accepted in time (domain ids start
+	// at 1 in every test's database, and so do the workflow ids).
+	addr := testenv.OwnTemporal(t)
+	tc, err := client.Dial(client.Options{HostPort: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.Close)
+	base := httpServer(t, h.apiWithTemporalAt(addr).Handler()).URL
 	// Long enough for the new worker's first workflow task on a loaded
 	// machine: the fallback is only for an update the run accepted.
 	api.ShortenLifecycleBudgets(t, 6*time.Second)
 	// Workflows that accept their updates and never finish them.
 	never := func(ctx workflow.Context) error { return workflow.Await(ctx, func() bool { return false }) }
-	w := sdkworker.New(h.temporal, rotation.TaskQueue, sdkworker.Options{})
+	w := sdkworker.New(tc, rotation.TaskQueue, sdkworker.Options{})
 	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, _ rotation.Input) error {
 		if err := workflow.SetUpdateHandler(ctx, rotation.RotateUpdate, func(ctx workflow.Context) (rotation.Status, error) {
 			return rotation.Status{}, never(ctx)
@@ -57,12 +69,12 @@ func TestSlowLifecycleWorkflowsAreAnsweredFromTheStore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rot := h.do("POST", fmt.Sprintf("/api/v1/domains/%d/dkim/rotate", verified), h.adminKey, nil).data(t, 202)["rotation"].(map[string]any)
+	rot := h.doAt(base, "POST", fmt.Sprintf("/api/v1/domains/%d/dkim/rotate", verified), h.adminKey, nil, nil).data(t, 202)["rotation"].(map[string]any)
 	if rot["status"] != rotation.StatusWaitingForDNS || rot["active_selector"] != "sel1" || rot["next_selector"] != "sel2" {
 		t.Errorf("rotation %v, want status %s", rot, rotation.StatusWaitingForDNS)
 	}
 	pending := h.domainInStatus(h.orgID, "pending.example", store.DomainPending)
-	dom := h.do("POST", fmt.Sprintf("/api/v1/domains/%d/verify", pending), h.adminKey, nil).data(t, 200)["domain"].(map[string]any)
+	dom := h.doAt(base, "POST", fmt.Sprintf("/api/v1/domains/%d/verify", pending), h.adminKey, nil, nil).data(t, 200)["domain"].(map[string]any)
 	if dom["status"] != store.DomainPending {
 		t.Errorf("domain %v, want it pending as stored", dom)
 	}
