@@ -218,3 +218,18 @@ func (h *harness) apiWithTemporalAt(addr string) *api.Server {
 	h.t.Cleanup(tc.Close)
 	return api.New(api.Deps{Config: h.cfg, Store: h.store, Temporal: tc, Logger: discardLogger()})
 }
+
+// onOwnTemporal starts a Temporal dev server for this test alone and an API
+// on it, and returns a client of that server and the API's URL: a test
+// whose workers must take no other test's workflows needs it (domain and
+// email ids, and so workflow ids, repeat across the tests' databases).
+func (h *harness) onOwnTemporal() (client.Client, string) {
+	h.t.Helper()
+	addr := testenv.OwnTemporal(h.t)
+	tc, err := client.Dial(client.Options{HostPort: addr})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(tc.Close)
+	return tc, httpServer(h.t, h.apiWithTemporalAt(addr).Handler()).URL
+}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -26,15 +25,8 @@ func TestSlowLifecycleWorkflowsAreAnsweredFromTheStore(t *testing.T) {
 	h := newHarness(t)
 	// A Temporal of its own: on the package's shared server this worker
 	// took other tests' domain workflows, and their workers this test's
-	// runs, whose updates then were not accepted in time (domain ids start
-	// at 1 in every test's database, and so do the workflow ids).
-	addr := testenv.OwnTemporal(t)
-	tc, err := client.Dial(client.Options{HostPort: addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Close)
-	base := httpServer(t, h.apiWithTemporalAt(addr).Handler()).URL
+	// runs, whose updates then were not accepted in time.
+	tc, base := h.onOwnTemporal()
 	// Long enough for the new worker's first workflow task on a loaded
 	// machine: the fallback is only for an update the run accepted.
 	api.ShortenLifecycleBudgets(t, 6*time.Second)

@@ -4,12 +4,10 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/mailyard/mailyard/activities"
 	"github.com/mailyard/mailyard/internal/store"
-	"github.com/mailyard/mailyard/internal/testenv"
 	"github.com/mailyard/mailyard/worker"
 	"github.com/mailyard/mailyard/workflows/email"
 )
@@ -22,13 +20,7 @@ func TestMovesOfAnEmailAreLimited(t *testing.T) {
 	email.MaxReschedules = 2
 	h := newHarness(t)
 	// A Temporal of its own: the worker takes no other test's emails.
-	addr := testenv.OwnTemporal(t)
-	tc, err := client.Dial(client.Options{HostPort: addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(tc.Close)
-	base := httpServer(t, h.apiWithTemporalAt(addr).Handler()).URL
+	tc, base := h.onOwnTemporal()
 	w := sdkworker.New(tc, email.TaskQueue, sdkworker.Options{})
 	worker.RegisterEmails(w, &activities.Emails{Store: h.store})
 	if err := w.Start(); err != nil {
