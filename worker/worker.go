@@ -20,8 +20,6 @@ import (
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/smtpsend"
 	"github.com/mailyard/mailyard/internal/store"
-	"github.com/mailyard/mailyard/internal/temporalclient"
-	"github.com/mailyard/mailyard/workflows/email"
 )
 
 // Deps are what the activities need; the caller owns their lifecycle.
@@ -122,10 +120,7 @@ func Run(ctx context.Context, d Deps) error {
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	var sweeping sync.WaitGroup
 	sweeping.Go(func() {
-		runOf := func(ctx context.Context, emailID string) (bool, bool, error) {
-			return temporalclient.RunOf(ctx, d.Client, email.WorkflowID(emailID))
-		}
-		retention.Sweep(sweepCtx, d.Store, runOf, d.Config.EmailRetention, d.Logger.With("component", "retention"))
+		retention.Sweep(sweepCtx, d.Store, d.Client, d.Config.EmailRetention, d.Logger.With("component", "retention"))
 	})
 	defer func() { stopSweep(); sweeping.Wait() }()
 	select {

@@ -12,8 +12,12 @@ import (
 	"log/slog"
 	"time"
 
+	"go.temporal.io/sdk/client"
+
 	"github.com/mailyard/mailyard/internal/periodic"
 	"github.com/mailyard/mailyard/internal/store"
+	"github.com/mailyard/mailyard/internal/temporalclient"
+	"github.com/mailyard/mailyard/workflows/email"
 )
 
 // batch is how many rows one statement erases: small enough that a pass
@@ -32,10 +36,6 @@ const AbandonedAfter = 32 * 24 * time.Hour
 // a question to Temporal.
 const abandonedBatch = 100
 
-// RunOf tells whether Temporal knows a run of an email's workflow, and
-// whether that run is still open (temporalclient.RunOf).
-type RunOf func(ctx context.Context, emailID string) (known, open bool, err error)
-
 // Period is how often a process sweeps for a retention time: a quarter of
 // it, between a second and a minute, so a message outlives its retention
 // by at most that.
@@ -44,15 +44,15 @@ func Period(retention time.Duration) time.Duration {
 }
 
 // Sweep erases, every Period(retention) until ctx ends, what is older
-// than retention, and the abandoned emails (EraseAbandoned) when runOf is
+// than retention, and the abandoned emails (EraseAbandoned) when tc is
 // set.
-func Sweep(ctx context.Context, st *store.Store, runOf RunOf, retention time.Duration, logger *slog.Logger) {
+func Sweep(ctx context.Context, st *store.Store, tc client.Client, retention time.Duration, logger *slog.Logger) {
 	every := Period(retention)
 	periodic.Every(ctx, every, every, func(ctx context.Context) {
 		cutoff := time.Now().Add(-retention)
 		err := Once(ctx, st, cutoff)
-		if runOf != nil {
-			_, aerr := EraseAbandoned(ctx, st, runOf, cutoff.Add(-AbandonedAfter))
+		if tc != nil {
+			_, aerr := EraseAbandoned(ctx, st, tc, cutoff.Add(-AbandonedAfter))
 			err = errors.Join(err, aerr)
 		}
 		if err != nil && ctx.Err() == nil {
@@ -91,14 +91,14 @@ func Once(ctx context.Context, st *store.Store, cutoff time.Time) error {
 // API's sweep, which needs its content. An email whose run is still open
 // is left to it; such emails come first in every pass, so a backlog of
 // more than a batch of them, a month old, would hold the others back.
-func EraseAbandoned(ctx context.Context, st *store.Store, runOf RunOf, cutoff time.Time) (int, error) {
+func EraseAbandoned(ctx context.Context, st *store.Store, tc client.Client, cutoff time.Time) (int, error) {
 	emails, err := st.UnsentEmailsCreatedBefore(ctx, cutoff, abandonedBatch)
 	if err != nil {
 		return 0, err
 	}
 	erased := 0
 	for _, e := range emails {
-		known, open, err := runOf(ctx, e.ID)
+		known, open, err := temporalclient.RunOf(ctx, tc, email.WorkflowID(e.ID))
 		if err != nil {
 			return erased, err
 		}

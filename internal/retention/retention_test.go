@@ -11,7 +11,6 @@ import (
 	"github.com/mailyard/mailyard/internal/retention"
 	"github.com/mailyard/mailyard/internal/secrets"
 	"github.com/mailyard/mailyard/internal/store"
-	"github.com/mailyard/mailyard/internal/temporalclient"
 	"github.com/mailyard/mailyard/internal/testenv"
 	"github.com/mailyard/mailyard/workflows/email"
 )
@@ -83,12 +82,9 @@ func TestEraseAbandoned(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	runOf := func(ctx context.Context, id string) (bool, bool, error) {
-		return temporalclient.RunOf(ctx, tc, email.WorkflowID(id))
-	}
 	cutoff := time.Now().Add(-retention.AbandonedAfter)
 	for i, want := range []int{3, 0} {
-		n, err := retention.EraseAbandoned(ctx, st, runOf, cutoff)
+		n, err := retention.EraseAbandoned(ctx, st, tc, cutoff)
 		if err != nil || n != want {
 			t.Fatalf("pass %d erased %d (%v), want %d", i, n, err, want)
 		}

@@ -101,35 +101,35 @@ func (s *Store) EraseInboundMessage(ctx context.Context, id string) error {
 // messages handled before cutoff and not erased yet, oldest first: the
 // retention sweep (docs/inbound.md). It reports how many it erased.
 func (s *Store) EraseInboundHandledBefore(ctx context.Context, cutoff time.Time, limit int) (int, error) {
-	due := s.DB.NewSelect().Model((*InboundMessage)(nil)).Column("id").
-		Where("erased_at IS NULL").Where("handled_at IS NOT NULL").Where("handled_at < ?", cutoff).
-		OrderExpr("handled_at").Limit(int64(limit))
-	// erased_at is checked again on the row itself: a sweep of another
-	// process may have erased it since the subquery read it.
-	res, err := s.eraseInbound().Where("id IN (?)", due).Where("erased_at IS NULL").Exec(ctx)
-	if err != nil {
-		return 0, err
-	}
-	n, err := res.RowsAffected()
-	return int(n), err
+	return s.eraseInboundBefore(ctx, true, cutoff, limit)
 }
 
-// EraseInboundUnhandledBefore erases, as EraseInboundMessage does, up to
-// limit messages received before cutoff that were never handled and are not
-// erased yet, oldest first, and reports how many it erased: the retention
-// sweep's second half. A message is handled within seconds of its arrival
-// unless its run was terminated or failed for good; its bytes and addresses
-// must not outlive the retention time for that (docs/inbound.md). Should
-// its run still come, it finds the message erased and changes nothing
+// EraseInboundUnhandledBefore is EraseInboundHandledBefore for the messages
+// received before cutoff that were never handled: the retention sweep's
+// second half. A message is handled within seconds of its arrival unless
+// its run was terminated or failed for good; its bytes and addresses must
+// not outlive the retention time for that (docs/inbound.md). Should its run
+// still come, it finds the message erased and changes nothing
 // (activities.Inbound.Handle).
 func (s *Store) EraseInboundUnhandledBefore(ctx context.Context, cutoff time.Time, limit int) (int, error) {
-	// The conditions are those of inbound_messages_unerased_unhandled_idx.
+	return s.eraseInboundBefore(ctx, false, cutoff, limit)
+}
+
+// eraseInboundBefore erases up to limit messages not erased yet, handled
+// before cutoff (handled) or received before it and not handled, oldest
+// first. The conditions are those of inbound_messages_unerased_handled_idx
+// and inbound_messages_unerased_unhandled_idx.
+func (s *Store) eraseInboundBefore(ctx context.Context, handled bool, cutoff time.Time, limit int) (int, error) {
+	state, at := "handled_at IS NULL", "received_at"
+	if handled {
+		state, at = "handled_at IS NOT NULL", "handled_at"
+	}
 	due := s.DB.NewSelect().Model((*InboundMessage)(nil)).Column("id").
-		Where("erased_at IS NULL").Where("handled_at IS NULL").Where("received_at < ?", cutoff).
-		OrderExpr("received_at").Limit(int64(limit))
-	// Checked again on the row itself, as in EraseInboundHandledBefore: the
-	// message may have been handled or erased since the subquery read it.
-	res, err := s.eraseInbound().Where("id IN (?)", due).Where("erased_at IS NULL").Where("handled_at IS NULL").Exec(ctx)
+		Where("erased_at IS NULL").Where(state).Where("? < ?", bun.Ident(at), cutoff).
+		OrderExpr("?", bun.Ident(at)).Limit(int64(limit))
+	// Checked again on the row itself: a sweep of another process may have
+	// erased it, or its run handled it, since the subquery read it.
+	res, err := s.eraseInbound().Where("id IN (?)", due).Where("erased_at IS NULL").Where(state).Exec(ctx)
 	if err != nil {
 		return 0, err
 	}
