@@ -321,17 +321,13 @@ func TestRecordHistories(t *testing.T) {
 // waitForAttempt waits until the email's first recipient has been tried.
 func waitForAttempt(t *testing.T, st *store.Store, id string) {
 	t.Helper()
-	for range 100 {
+	testenv.Eventually(t, 10*time.Second, "the first attempt of email "+id, func() bool {
 		rs, err := st.EmailRecipients(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rs) > 0 && rs[0].Attempts > 0 {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("email %s: no attempt within 10 s", id)
+		return len(rs) > 0 && rs[0].Attempts > 0
+	})
 }
 
 // payloadData finds the payloads' data in a history's JSON.

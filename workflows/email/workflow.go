@@ -259,9 +259,10 @@ const canceledRunErasesChange = "canceled-run-erases-email"
 // eraseCanceledRun erases the email's stored content and signed messages
 // when err is the run's own cancellation, and returns err. Nothing will
 // send them: the pending recipients stay as they are, with no run to make
-// another attempt, and the email never becomes sent, which is when the
-// retention sweep's time starts (docs/sending.md). Runs from before ended
-// at once, kept the message for ever, and replay that way.
+// another attempt, and the email never becomes sent, so the retention
+// sweep would erase it only a month later, as an abandoned email
+// (docs/sending.md, "Retention"). Runs from before ended at once, and
+// replay that way.
 func eraseCanceledRun(ctx, stepCtx workflow.Context, emailID string, err error) error {
 	return stepWhenCanceled(ctx, stepCtx, canceledRunErasesChange, EraseActivity, EraseInput{EmailID: emailID}, err)
 }
