@@ -24,6 +24,17 @@ const (
 	ceilingActivity = "CeilingActivity"
 )
 
+// The floor is the other bound of the email benchmark: a run of the email
+// workflow's own shape (started, one workflow task whose one local step is
+// recorded as a marker, completed) whose step does nothing but note that it
+// ran. No path that gives each email a run of its own can be faster on the
+// same server, so the floor's rate over the ceiling's is the most that such a
+// path can reach there.
+const (
+	floorWorkflow = "FloorWorkflow"
+	floorStep     = "FloorStep"
+)
+
 // registerCeiling registers the ceiling workflow, whose one activity calls
 // send with the workflow's id (the id the receiver notes).
 func registerCeiling(w sdkworker.Worker, send func(ctx context.Context, id string) error) {
@@ -34,20 +45,40 @@ func registerCeiling(w sdkworker.Worker, send func(ctx context.Context, id strin
 	w.RegisterActivityWithOptions(send, activity.RegisterOptions{Name: ceilingActivity})
 }
 
+// registerFloor registers the floor workflow, whose one local step notes its
+// workflow's id in rcv.
+func registerFloor(w sdkworker.Worker, rcv *arrivals) {
+	w.RegisterWorkflowWithOptions(func(ctx workflow.Context, id string) error {
+		ctx = workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{StartToCloseTimeout: 30 * time.Second})
+		return workflow.ExecuteLocalActivity(ctx, floorStep, id).Get(ctx, nil)
+	}, workflow.RegisterOptions{Name: floorWorkflow})
+	w.RegisterActivityWithOptions(func(_ context.Context, id string) error {
+		rcv.note(id, time.Now())
+		return nil
+	}, activity.RegisterOptions{Name: floorStep})
+}
+
 // runCeiling starts n ceiling workflows on queue, senders at a time, and
 // returns how many per second reached the receiver.
 func runCeiling(ctx context.Context, tc client.Client, queue string, rcv *arrivals, n int) (float64, error) {
+	return runBaseline(ctx, tc, queue, ceilingWorkflow, rcv, n)
+}
+
+// runBaseline starts n workflows of a baseline type (the ceiling or the
+// floor) on queue, senders at a time, and returns how many per second
+// reached rcv.
+func runBaseline(ctx context.Context, tc client.Client, queue, workflowType string, rcv *arrivals, n int) (float64, error) {
 	rcv.expect(n)
 	start := time.Now()
 	if err := parallel(n, func(int) error {
 		id := uuid.NewString()
-		_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "ceiling:" + id, TaskQueue: queue}, ceilingWorkflow, id)
+		_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflowType + ":" + id, TaskQueue: queue}, workflowType, id)
 		return err
 	}); err != nil {
 		return 0, err
 	}
 	if err := rcv.wait(ctx, 10*time.Minute); err != nil {
-		return 0, fmt.Errorf("ceiling: %w", err)
+		return 0, fmt.Errorf("%s: %w", workflowType, err)
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
 }
@@ -56,6 +87,7 @@ func runCeiling(ctx context.Context, tc client.Client, queue string, rcv *arriva
 const (
 	anyRunning     = "ExecutionStatus = 'Running'"
 	ceilingRunning = "WorkflowType = '" + ceilingWorkflow + "' AND ExecutionStatus = 'Running'"
+	floorRunning   = "WorkflowType = '" + floorWorkflow + "' AND ExecutionStatus = 'Running'"
 )
 
 // waitIdle lets the previous run's workflows close (their last workflow tasks

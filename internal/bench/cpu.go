@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,6 +32,34 @@ type cpuSampler struct {
 
 func (c cpuSampler) sample() cpuSample {
 	return cpuSample{self: pidCPU(os.Getpid()), temporal: pidCPU(c.temporalPid), postgres: commandCPU("postgres")}
+}
+
+// A phase of a benchmark leaves work behind on the servers after its last
+// run has closed (the real server deletes finished tasks in batches, for
+// one), which would otherwise slow the next phase and count in its CPU.
+// Before the next phase begins, waitQuiet waits until the Temporal server and
+// PostgreSQL together use less than quietCPU in a quietWindow, for at most
+// quietLimit.
+const (
+	quietWindow = 500 * time.Millisecond
+	quietCPU    = 25 * time.Millisecond // 5 % of one core
+	quietLimit  = 20 * time.Second
+)
+
+// waitQuiet waits until the servers are quiet and returns how long it
+// waited.
+func (c cpuSampler) waitQuiet(ctx context.Context) time.Duration {
+	began := time.Now()
+	last := c.sample()
+	for time.Since(began) < quietLimit && ctx.Err() == nil {
+		time.Sleep(quietWindow)
+		now := c.sample()
+		if used := now.sub(last); used.temporal+used.postgres < quietCPU {
+			break
+		}
+		last = now
+	}
+	return time.Since(began)
 }
 
 func (c cpuSample) sub(o cpuSample) cpuSample {

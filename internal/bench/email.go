@@ -72,7 +72,8 @@ var benchEmailRequest = mailmsg.Request{
 // on loopback, on a Temporal dev server and again on the real Temporal
 // server with PostgreSQL persistence: saturation (the API answering 32
 // clients at once) beside the one-activity ceiling doing the same SMTP send
-// of the same signed message, with the CPU each spends per email; plain SMTP
+// of the same signed message and the floor of a run of the email workflow's
+// shape that does nothing, with the CPU each spends per email; plain SMTP
 // sends without Temporal; and the latency from the API's 202 to the
 // server's 250, one email at a time and at 20 emails/s. SMTP submission is
 // measured on the dev server.
@@ -90,6 +91,8 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 	row := sideBySide(out, "email sending")
 	row("plain SMTP sends of the signed message, no Temporal", "/s", dev.plain, prod.plain)
 	row("ceiling (1 workflow + 1 activity, same SMTP send)", "/s", dev.ceiling, prod.ceiling)
+	row("floor (the email workflow's shape, 1 workflow task, its local step empty)", "/s", dev.floor, prod.floor)
+	row("  floor / ceiling: the most a run per email can reach", "%", 100*dev.floor/dev.ceiling, 100*prod.floor/prod.ceiling)
 	row(fmt.Sprintf("saturation, %d emails, %d concurrent POSTs: mailyard", emailSaturation, senders), "/s", dev.saturation, prod.saturation)
 	row("  mailyard / ceiling (goal ≥ 130)", "%", 100*dev.saturation/dev.ceiling, 100*prod.saturation/prod.ceiling)
 	row("  with eager start (API and worker in one process, as `mailyard dev`)", "/s", dev.eagerSaturation, prod.eagerSaturation)
@@ -101,6 +104,7 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 		row("    of which PostgreSQL (the real server's persistence too)", "ms", ms(dev.postgres), ms(prod.postgres))
 	}
 	cpuRows("ceiling", "its worker", dev.ceilingCPU, prod.ceilingCPU)
+	cpuRows("floor", "its worker", dev.floorCPU, prod.floorCPU)
 	cpuRows("mailyard", "API and worker", dev.emailCPU, prod.emailCPU)
 	cpuRows("mailyard, eager start", "API and worker", dev.eagerCPU, prod.eagerCPU)
 	row(fmt.Sprintf("one email at a time (%d), API 202 → SMTP 250, p50", emailAlone), "ms", ms(dev.aloneP50), ms(prod.aloneP50))
@@ -116,10 +120,10 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 
 // emailFigures are one Temporal server's email measurements.
 type emailFigures struct {
-	plain, ceiling, saturation, eagerSaturation float64 // per second
-	ceilingCPU, emailCPU, eagerCPU              cpuSample
-	aloneP50, p50, p90, p99                     time.Duration
-	eagerP50, eagerP99                          time.Duration
+	plain, ceiling, floor, saturation, eagerSaturation float64 // per second
+	ceilingCPU, floorCPU, emailCPU, eagerCPU           cpuSample
+	aloneP50, p50, p90, p99                            time.Duration
+	eagerP50, eagerP99                                 time.Duration
 }
 
 // measureEmail measures on the Temporal server at temporalAddr (process
@@ -191,6 +195,8 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 	worker.RegisterEmails(w, &activities.Emails{Store: st, Box: box, Tags: tags, Sender: sender, Runs: &deliveryruns.Runs{Temporal: tc, Logger: discard}})
 	ceiling := sdkworker.New(tc, emailCeilingQueue, worker.PollerOptions())
 	registerCeiling(ceiling, sendSigned)
+	floor := &arrivals{}
+	registerFloor(ceiling, floor)
 	for _, wk := range []sdkworker.Worker{w, ceiling} {
 		if err := wk.Start(); err != nil {
 			return fig, err
@@ -216,8 +222,11 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 		return fig, err
 	}
 
-	// Warm up both paths so connection set-up and caches are not measured.
+	// Warm up every path so connection set-up and caches are not measured.
 	if _, err := runCeiling(ctx, tc, emailCeilingQueue, rcv, 20); err != nil {
+		return fig, err
+	}
+	if _, err := runBaseline(ctx, tc, emailCeilingQueue, floorWorkflow, floor, 20); err != nil {
 		return fig, err
 	}
 	for _, p := range []*emailPoster{poster, eagerPoster} {
@@ -227,37 +236,53 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 	}
 
 	// Measured alternately and averaged, as the delivery benchmark does: the
-	// throughput drifts between runs on a 2-core machine. The CPU of each
-	// run is read until its last workflow task has run.
+	// throughput drifts between runs on a 2-core machine. Each phase starts
+	// on quiet servers, and its CPU is read until its last workflow task has
+	// run and the servers are quiet again, so the work it leaves behind
+	// counts in its own figure.
 	cpu := cpuSampler{temporalPid: temporalPid}
-	for round := range emailRounds {
-		waitIdle(ctx, tc, emailsRunning)
+	waitIdle(ctx, tc, anyRunning)
+	cpu.waitQuiet(ctx)
+	phase := func(running string, run func() (float64, error)) (float64, cpuSample, error) {
 		before := cpu.sample()
-		c, err := runCeiling(ctx, tc, emailCeilingQueue, rcv, emailSaturation)
+		rate, err := run()
+		if err != nil {
+			return 0, cpuSample{}, err
+		}
+		waitIdle(ctx, tc, running)
+		cpu.waitQuiet(ctx)
+		return rate, cpu.sample().sub(before).per(emailSaturation * emailRounds), nil
+	}
+	for round := range emailRounds {
+		c, ceilingCPU, err := phase(ceilingRunning, func() (float64, error) {
+			return runCeiling(ctx, tc, emailCeilingQueue, rcv, emailSaturation)
+		})
 		if err != nil {
 			return fig, err
 		}
-		waitIdle(ctx, tc, ceilingRunning)
-		between := cpu.sample()
-		m, err := runEmails(ctx, poster, rcv, emailSaturation)
+		f, floorCPU, err := phase(floorRunning, func() (float64, error) {
+			return runBaseline(ctx, tc, emailCeilingQueue, floorWorkflow, floor, emailSaturation)
+		})
 		if err != nil {
 			return fig, err
 		}
-		waitIdle(ctx, tc, emailsRunning)
-		after := cpu.sample()
-		e, err := runEmails(ctx, eagerPoster, rcv, emailSaturation)
+		m, emailCPU, err := phase(emailsRunning, func() (float64, error) { return runEmails(ctx, poster, rcv, emailSaturation) })
 		if err != nil {
 			return fig, err
 		}
-		waitIdle(ctx, tc, emailsRunning)
-		afterEager := cpu.sample()
-		fmt.Fprintf(out, "  round %d: mailyard %6.1f /s   with eager start %6.1f /s   ceiling %6.1f /s\n", round+1, m, e, c)
+		e, eagerCPU, err := phase(emailsRunning, func() (float64, error) { return runEmails(ctx, eagerPoster, rcv, emailSaturation) })
+		if err != nil {
+			return fig, err
+		}
+		fmt.Fprintf(out, "  round %d: mailyard %6.1f /s   with eager start %6.1f /s   ceiling %6.1f /s   floor %6.1f /s\n", round+1, m, e, c, f)
 		fig.ceiling += c / emailRounds
+		fig.floor += f / emailRounds
 		fig.saturation += m / emailRounds
 		fig.eagerSaturation += e / emailRounds
-		fig.ceilingCPU = fig.ceilingCPU.add(between.sub(before).per(emailSaturation * emailRounds))
-		fig.emailCPU = fig.emailCPU.add(after.sub(between).per(emailSaturation * emailRounds))
-		fig.eagerCPU = fig.eagerCPU.add(afterEager.sub(after).per(emailSaturation * emailRounds))
+		fig.ceilingCPU = fig.ceilingCPU.add(ceilingCPU)
+		fig.floorCPU = fig.floorCPU.add(floorCPU)
+		fig.emailCPU = fig.emailCPU.add(emailCPU)
+		fig.eagerCPU = fig.eagerCPU.add(eagerCPU)
 	}
 
 	waitIdle(ctx, tc, emailsRunning)
