@@ -11,6 +11,8 @@ import (
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/mailyard/mailyard/internal/searchattr"
 )
 
 // The ceiling is the baseline of the Temporal benchmarks: the smallest
@@ -25,8 +27,9 @@ const (
 )
 
 // The floor is the other bound of the email benchmark: a run of the email
-// workflow's own shape (started, one workflow task whose one local step is
-// recorded as a marker, completed) whose step does nothing but note that it
+// workflow's own shape (started as emails are, with an owner's search
+// attributes and summary; one workflow task whose one local step is
+// recorded as a marker; completed) whose step does nothing but note that it
 // ran. No path that gives each email a run of its own can be faster on the
 // same server, so the floor's rate over the ceiling's is the most that such a
 // path can reach there.
@@ -61,18 +64,31 @@ func registerFloor(w sdkworker.Worker, rcv *arrivals) {
 // runCeiling starts n ceiling workflows on queue, senders at a time, and
 // returns how many per second reached the receiver.
 func runCeiling(ctx context.Context, tc client.Client, queue string, rcv *arrivals, n int) (float64, error) {
-	return runBaseline(ctx, tc, queue, ceilingWorkflow, rcv, n)
+	return runBaseline(ctx, tc, rcv, n, ceilingWorkflow, func(id string) client.StartWorkflowOptions {
+		return client.StartWorkflowOptions{ID: "ceiling:" + id, TaskQueue: queue}
+	})
 }
 
-// runBaseline starts n workflows of a baseline type (the ceiling or the
-// floor) on queue, senders at a time, and returns how many per second
-// reached rcv.
-func runBaseline(ctx context.Context, tc client.Client, queue, workflowType string, rcv *arrivals, n int) (float64, error) {
+// runFloor starts n floor workflows on queue as email workflows are started
+// (searchattr.Owner), senders at a time, and returns how many per second
+// ran their step.
+func runFloor(ctx context.Context, tc client.Client, queue string, rcv *arrivals, n int) (float64, error) {
+	owner := searchattr.Owner{OrganizationID: 1, DomainID: 1}
+	return runBaseline(ctx, tc, rcv, n, floorWorkflow, func(id string) client.StartWorkflowOptions {
+		return client.StartWorkflowOptions{ID: "floor:" + id, TaskQueue: queue,
+			TypedSearchAttributes: owner.Attributes(), StaticSummary: owner.Summary("floor " + id)}
+	})
+}
+
+// runBaseline starts n workflows of workflowType with the options that
+// start gives for each id, senders at a time, and returns how many per
+// second reached rcv.
+func runBaseline(ctx context.Context, tc client.Client, rcv *arrivals, n int, workflowType string, start func(id string) client.StartWorkflowOptions) (float64, error) {
 	rcv.expect(n)
-	start := time.Now()
+	began := time.Now()
 	if err := parallel(n, func(int) error {
 		id := uuid.NewString()
-		_, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflowType + ":" + id, TaskQueue: queue}, workflowType, id)
+		_, err := tc.ExecuteWorkflow(ctx, start(id), workflowType, id)
 		return err
 	}); err != nil {
 		return 0, err
@@ -80,7 +96,7 @@ func runBaseline(ctx context.Context, tc client.Client, queue, workflowType stri
 	if err := rcv.wait(ctx, 10*time.Minute); err != nil {
 		return 0, fmt.Errorf("%s: %w", workflowType, err)
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	return float64(n) / time.Since(began).Seconds(), nil
 }
 
 // Visibility queries for waitIdle.

@@ -226,7 +226,7 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 	if _, err := runCeiling(ctx, tc, emailCeilingQueue, rcv, 20); err != nil {
 		return fig, err
 	}
-	if _, err := runBaseline(ctx, tc, emailCeilingQueue, floorWorkflow, floor, 20); err != nil {
+	if _, err := runFloor(ctx, tc, emailCeilingQueue, floor, 20); err != nil {
 		return fig, err
 	}
 	for _, p := range []*emailPoster{poster, eagerPoster} {
@@ -243,6 +243,7 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 	cpu := cpuSampler{temporalPid: temporalPid}
 	waitIdle(ctx, tc, anyRunning)
 	cpu.waitQuiet(ctx)
+	var quietFor time.Duration // this round's waits for quiet servers
 	phase := func(running string, run func() (float64, error)) (float64, cpuSample, error) {
 		before := cpu.sample()
 		rate, err := run()
@@ -250,10 +251,11 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 			return 0, cpuSample{}, err
 		}
 		waitIdle(ctx, tc, running)
-		cpu.waitQuiet(ctx)
+		quietFor += cpu.waitQuiet(ctx)
 		return rate, cpu.sample().sub(before).per(emailSaturation * emailRounds), nil
 	}
 	for round := range emailRounds {
+		quietFor = 0
 		c, ceilingCPU, err := phase(ceilingRunning, func() (float64, error) {
 			return runCeiling(ctx, tc, emailCeilingQueue, rcv, emailSaturation)
 		})
@@ -261,7 +263,7 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 			return fig, err
 		}
 		f, floorCPU, err := phase(floorRunning, func() (float64, error) {
-			return runBaseline(ctx, tc, emailCeilingQueue, floorWorkflow, floor, emailSaturation)
+			return runFloor(ctx, tc, emailCeilingQueue, floor, emailSaturation)
 		})
 		if err != nil {
 			return fig, err
@@ -274,7 +276,8 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 		if err != nil {
 			return fig, err
 		}
-		fmt.Fprintf(out, "  round %d: mailyard %6.1f /s   with eager start %6.1f /s   ceiling %6.1f /s   floor %6.1f /s\n", round+1, m, e, c, f)
+		fmt.Fprintf(out, "  round %d: mailyard %6.1f /s   with eager start %6.1f /s   ceiling %6.1f /s   floor %6.1f /s   (waits for quiet servers %.1f s)\n",
+			round+1, m, e, c, f, quietFor.Seconds())
 		fig.ceiling += c / emailRounds
 		fig.floor += f / emailRounds
 		fig.saturation += m / emailRounds
