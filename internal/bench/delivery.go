@@ -130,8 +130,8 @@ func benchDelivery(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	defer cleanup()
-	dev, prod, err := onBothServers(ctx, out, func(addr string, _ int, _ bool) (deliveryFigures, error) {
-		return measureDelivery(ctx, out, addr, bin)
+	dev, prod, err := onBothServers(ctx, out, func(t temporalTarget, _ bool) (deliveryFigures, error) {
+		return measureDelivery(ctx, out, t.Address, bin)
 	})
 	if err != nil {
 		return err
@@ -155,21 +155,21 @@ func benchDelivery(ctx context.Context, out io.Writer) error {
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
 
 // onBothServers runs measure on a Temporal dev server, then on the real
-// Temporal server, each with its address and process id, and returns both
-// results (dev, then real); first is set for the dev server's run.
-func onBothServers[F any](ctx context.Context, out io.Writer, measure func(addr string, pid int, first bool) (F, error)) (dev, prod F, err error) {
+// Temporal server, and returns both results (dev, then real); first is set
+// for the dev server's run.
+func onBothServers[F any](ctx context.Context, out io.Writer, measure func(t temporalTarget, first bool) (F, error)) (dev, prod F, err error) {
 	fmt.Fprintln(out, "-- on the Temporal dev server (temporal server start-dev, in memory)")
 	tsrv, err := temporaldev.Start(ctx, temporaldev.Options{Headless: true})
 	if err != nil {
 		return dev, prod, err
 	}
-	dev, err = measure(tsrv.Address, tsrv.Pid(), true)
+	dev, err = measure(temporalTarget{Address: tsrv.Address, Pid: tsrv.Pid(), MetricsURL: tsrv.MetricsURL}, true)
 	tsrv.Stop()
 	if err != nil {
 		return dev, prod, err
 	}
 	fmt.Fprintln(out, "-- on the real Temporal server v1.29 (bin/temporal-server, PostgreSQL persistence and visibility, 4 history shards)")
-	prod, err = withRealTemporal(ctx, func(addr string, pid int) (F, error) { return measure(addr, pid, false) })
+	prod, err = withRealTemporal(ctx, func(t temporalTarget) (F, error) { return measure(t, false) })
 	return dev, prod, err
 }
 
@@ -182,10 +182,9 @@ func sideBySide(out io.Writer, title string) func(name, unit string, dev, prod f
 	}
 }
 
-// withRealTemporal runs f against the real Temporal server (its address and
-// process id) on two throwaway PostgreSQL databases, stopped and dropped
-// afterwards.
-func withRealTemporal[F any](ctx context.Context, f func(addr string, pid int) (F, error)) (F, error) {
+// withRealTemporal runs f against the real Temporal server on two throwaway
+// PostgreSQL databases, stopped and dropped afterwards.
+func withRealTemporal[F any](ctx context.Context, f func(temporalTarget) (F, error)) (F, error) {
 	var none F
 	persistence, dropPersistence, err := throwawayDatabase(ctx)
 	if err != nil {
@@ -211,7 +210,7 @@ func withRealTemporal[F any](ctx context.Context, f func(addr string, pid int) (
 		return none, err
 	}
 	defer srv.Stop()
-	return f(srv.Address, srv.Pid())
+	return f(temporalTarget{Address: srv.Address, Pid: srv.Pid(), MetricsURL: srv.MetricsURL})
 }
 
 // measureDelivery measures on the Temporal server at temporalAddr, with a store

@@ -82,31 +82,34 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 	fmt.Fprintln(out, "\n== email sending (end to end: API → workflow → DKIM-signed SMTP; MAILYARD_SMTP_MODE=relay to a go-smtp server on loopback, no STARTTLS) ==")
 	fmt.Fprintf(out, "load average at the start: %s\n", loadAverage())
 	// SMTP submission is measured on the dev server only.
-	dev, prod, err := onBothServers(ctx, out, func(addr string, pid int, first bool) (emailFigures, error) {
-		return measureEmail(ctx, out, addr, pid, first)
+	dev, prod, err := onBothServers(ctx, out, func(t temporalTarget, first bool) (emailFigures, error) {
+		return measureEmail(ctx, out, t, first)
 	})
 	if err != nil {
 		return err
 	}
 	row := sideBySide(out, "email sending")
 	row("plain SMTP sends of the signed message, no Temporal", "/s", dev.plain, prod.plain)
-	row("ceiling (1 workflow + 1 activity, same SMTP send)", "/s", dev.ceiling, prod.ceiling)
-	row("floor (the email workflow's shape, 1 workflow task, its local step empty)", "/s", dev.floor, prod.floor)
-	row("  floor / ceiling: the most a run per email can reach", "%", 100*dev.floor/dev.ceiling, 100*prod.floor/prod.ceiling)
-	row(fmt.Sprintf("saturation, %d emails, %d concurrent POSTs: mailyard", emailSaturation, senders), "/s", dev.saturation, prod.saturation)
-	row("  mailyard / ceiling (goal ≥ 130)", "%", 100*dev.saturation/dev.ceiling, 100*prod.saturation/prod.ceiling)
-	row("  with eager start (API and worker in one process, as `mailyard dev`)", "/s", dev.eagerSaturation, prod.eagerSaturation)
-	row("    mailyard with eager start / ceiling", "%", 100*dev.eagerSaturation/dev.ceiling, 100*prod.eagerSaturation/prod.ceiling)
-	cpuRows := func(path, self string, dev, prod cpuSample) {
-		row("  CPU per email: "+path, "ms", ms(dev.total()), ms(prod.total()))
-		row("    of which this process ("+self+")", "ms", ms(dev.self), ms(prod.self))
-		row("    of which the Temporal server", "ms", ms(dev.temporal), ms(prod.temporal))
-		row("    of which PostgreSQL (the real server's persistence too)", "ms", ms(dev.postgres), ms(prod.postgres))
+	ratio := func(a, b phaseFigures) float64 { return 100 * a.rate / b.rate }
+	row("ceiling (1 workflow + 1 activity, same SMTP send)", "/s", dev.ceiling.rate, prod.ceiling.rate)
+	row("floor (the email workflow's shape, 1 workflow task, its local step empty)", "/s", dev.floor.rate, prod.floor.rate)
+	row("  floor / ceiling: the most a run per email can reach", "%", ratio(dev.floor, dev.ceiling), ratio(prod.floor, prod.ceiling))
+	row(fmt.Sprintf("saturation, %d emails, %d concurrent POSTs: mailyard", emailSaturation, senders), "/s", dev.mailyard.rate, prod.mailyard.rate)
+	row("  mailyard / ceiling (goal ≥ 130)", "%", ratio(dev.mailyard, dev.ceiling), ratio(prod.mailyard, prod.ceiling))
+	row("  with eager start (API and worker in one process, as `mailyard dev`)", "/s", dev.eager.rate, prod.eager.rate)
+	row("    mailyard with eager start / ceiling", "%", ratio(dev.eager, dev.ceiling), ratio(prod.eager, prod.ceiling))
+	perEmail := func(path, self string, dev, prod phaseFigures) {
+		row("  CPU per email: "+path, "ms", ms(dev.cpu.total()), ms(prod.cpu.total()))
+		row("    of which this process ("+self+")", "ms", ms(dev.cpu.self), ms(prod.cpu.self))
+		row("    of which the Temporal server", "ms", ms(dev.cpu.temporal), ms(prod.cpu.temporal))
+		row("    of which PostgreSQL (the real server's persistence too)", "ms", ms(dev.cpu.postgres), ms(prod.cpu.postgres))
+		row("    Temporal persistence requests per email", "", dev.server.persistence, prod.server.persistence)
+		row("    workflow tasks from matching's stored backlog, per email", "", dev.server.backlog, prod.server.backlog)
 	}
-	cpuRows("ceiling", "its worker", dev.ceilingCPU, prod.ceilingCPU)
-	cpuRows("floor", "its worker", dev.floorCPU, prod.floorCPU)
-	cpuRows("mailyard", "API and worker", dev.emailCPU, prod.emailCPU)
-	cpuRows("mailyard, eager start", "API and worker", dev.eagerCPU, prod.eagerCPU)
+	perEmail("ceiling", "its worker", dev.ceiling, prod.ceiling)
+	perEmail("floor", "its worker", dev.floor, prod.floor)
+	perEmail("mailyard", "API and worker", dev.mailyard, prod.mailyard)
+	perEmail("mailyard, eager start", "API and worker", dev.eager, prod.eager)
 	row(fmt.Sprintf("one email at a time (%d), API 202 → SMTP 250, p50", emailAlone), "ms", ms(dev.aloneP50), ms(prod.aloneP50))
 	row(fmt.Sprintf("%d emails/s for %s, API 202 → SMTP 250, p50 (goal < 100)", emailLatencyRate, emailLatencyDuration), "ms", ms(dev.p50), ms(prod.p50))
 	row("  p90", "ms", ms(dev.p90), ms(prod.p90))
@@ -120,16 +123,23 @@ func benchEmail(ctx context.Context, out io.Writer) error {
 
 // emailFigures are one Temporal server's email measurements.
 type emailFigures struct {
-	plain, ceiling, floor, saturation, eagerSaturation float64 // per second
-	ceilingCPU, floorCPU, emailCPU, eagerCPU           cpuSample
-	aloneP50, p50, p90, p99                            time.Duration
-	eagerP50, eagerP99                                 time.Duration
+	plain                           float64 // per second
+	ceiling, floor, mailyard, eager phaseFigures
+	aloneP50, p50, p90, p99         time.Duration
+	eagerP50, eagerP99              time.Duration
 }
 
-// measureEmail measures on the Temporal server at temporalAddr (process
-// temporalPid), with a store on a throwaway PostgreSQL database; with
-// submission, SMTP submission too.
-func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, temporalPid int, submission bool) (emailFigures, error) {
+// phaseFigures are one saturation phase's averages over the rounds: emails
+// per second, and per email the CPU and the Temporal server's counters.
+type phaseFigures struct {
+	rate   float64
+	cpu    cpuSample
+	server serverCounters
+}
+
+// measureEmail measures on the Temporal server t, with a store on a
+// throwaway PostgreSQL database; with submission, SMTP submission too.
+func measureEmail(ctx context.Context, out io.Writer, t temporalTarget, submission bool) (emailFigures, error) {
 	var fig emailFigures
 	st, done, err := benchStore(ctx)
 	if err != nil {
@@ -184,7 +194,7 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 		return nil
 	}
 
-	tc, err := client.Dial(client.Options{HostPort: temporalAddr, Logger: quietSDK{}, ConnectionOptions: temporalclient.Connection()})
+	tc, err := client.Dial(client.Options{HostPort: t.Address, Logger: quietSDK{}, ConnectionOptions: temporalclient.Connection()})
 	if err != nil {
 		return fig, err
 	}
@@ -237,55 +247,41 @@ func measureEmail(ctx context.Context, out io.Writer, temporalAddr string, tempo
 
 	// Measured alternately and averaged, as the delivery benchmark does: the
 	// throughput drifts between runs on a 2-core machine. Each phase starts
-	// on quiet servers, and its CPU is read until its last workflow task has
-	// run and the servers are quiet again, so the work it leaves behind
-	// counts in its own figure.
-	cpu := cpuSampler{temporalPid: temporalPid}
+	// on quiet servers, and its CPU and the Temporal server's counters are
+	// read once its last run has closed and the servers are quiet again, so
+	// the work it leaves behind counts in its own figures.
+	cpu := cpuSampler{temporalPid: t.Pid}
 	waitIdle(ctx, tc, anyRunning)
 	cpu.waitQuiet(ctx)
-	var quietFor time.Duration // this round's waits for quiet servers
-	phase := func(running string, run func() (float64, error)) (float64, cpuSample, error) {
-		before := cpu.sample()
-		rate, err := run()
-		if err != nil {
-			return 0, cpuSample{}, err
-		}
-		waitIdle(ctx, tc, running)
-		quietFor += cpu.waitQuiet(ctx)
-		return rate, cpu.sample().sub(before).per(emailSaturation * emailRounds), nil
+	phases := []struct {
+		fig     *phaseFigures
+		running string // its runs, for waitIdle
+		run     func() (float64, error)
+	}{
+		{&fig.ceiling, ceilingRunning, func() (float64, error) { return runCeiling(ctx, tc, emailCeilingQueue, rcv, emailSaturation) }},
+		{&fig.floor, floorRunning, func() (float64, error) { return runFloor(ctx, tc, emailCeilingQueue, floor, emailSaturation) }},
+		{&fig.mailyard, emailsRunning, func() (float64, error) { return runEmails(ctx, poster, rcv, emailSaturation) }},
+		{&fig.eager, emailsRunning, func() (float64, error) { return runEmails(ctx, eagerPoster, rcv, emailSaturation) }},
 	}
+	const measured = emailSaturation * emailRounds
 	for round := range emailRounds {
-		quietFor = 0
-		c, ceilingCPU, err := phase(ceilingRunning, func() (float64, error) {
-			return runCeiling(ctx, tc, emailCeilingQueue, rcv, emailSaturation)
-		})
-		if err != nil {
-			return fig, err
-		}
-		f, floorCPU, err := phase(floorRunning, func() (float64, error) {
-			return runFloor(ctx, tc, emailCeilingQueue, floor, emailSaturation)
-		})
-		if err != nil {
-			return fig, err
-		}
-		m, emailCPU, err := phase(emailsRunning, func() (float64, error) { return runEmails(ctx, poster, rcv, emailSaturation) })
-		if err != nil {
-			return fig, err
-		}
-		e, eagerCPU, err := phase(emailsRunning, func() (float64, error) { return runEmails(ctx, eagerPoster, rcv, emailSaturation) })
-		if err != nil {
-			return fig, err
+		var quietFor time.Duration
+		rates := make([]float64, len(phases))
+		for i, p := range phases {
+			cpuBefore, serverBefore := cpu.sample(), readServerCounters(t.MetricsURL)
+			rate, err := p.run()
+			if err != nil {
+				return fig, err
+			}
+			waitIdle(ctx, tc, p.running)
+			quietFor += cpu.waitQuiet(ctx)
+			rates[i] = rate
+			p.fig.rate += rate / emailRounds
+			p.fig.cpu = p.fig.cpu.add(cpu.sample().sub(cpuBefore).per(measured))
+			p.fig.server = p.fig.server.add(readServerCounters(t.MetricsURL).sub(serverBefore).per(measured))
 		}
 		fmt.Fprintf(out, "  round %d: mailyard %6.1f /s   with eager start %6.1f /s   ceiling %6.1f /s   floor %6.1f /s   (waits for quiet servers %.1f s)\n",
-			round+1, m, e, c, f, quietFor.Seconds())
-		fig.ceiling += c / emailRounds
-		fig.floor += f / emailRounds
-		fig.saturation += m / emailRounds
-		fig.eagerSaturation += e / emailRounds
-		fig.ceilingCPU = fig.ceilingCPU.add(ceilingCPU)
-		fig.floorCPU = fig.floorCPU.add(floorCPU)
-		fig.emailCPU = fig.emailCPU.add(emailCPU)
-		fig.eagerCPU = fig.eagerCPU.add(eagerCPU)
+			round+1, rates[2], rates[3], rates[0], rates[1], quietFor.Seconds())
 	}
 
 	waitIdle(ctx, tc, emailsRunning)

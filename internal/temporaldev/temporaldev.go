@@ -40,10 +40,11 @@ type Options struct {
 
 // Server is a running dev server.
 type Server struct {
-	Address string // host:port of the frontend
-	UIURL   string // empty when headless
-	cmd     *exec.Cmd
-	done    chan error
+	Address    string // host:port of the frontend
+	UIURL      string // empty when headless
+	MetricsURL string // the server's Prometheus metrics
+	cmd        *exec.Cmd
+	done       chan error
 }
 
 // ErrNoBinary explains how to get the binary.
@@ -120,7 +121,11 @@ func start(ctx context.Context, o Options) (*Server, error) {
 	for _, kv := range o.DynamicConfig {
 		args = append(args, "--dynamic-config-value", kv)
 	}
-	s := &Server{Address: net.JoinHostPort(o.IP, strconv.Itoa(o.Port)), done: make(chan error, 1)}
+	s := &Server{
+		Address:    net.JoinHostPort(o.IP, strconv.Itoa(o.Port)),
+		MetricsURL: "http://" + net.JoinHostPort(o.IP, strconv.Itoa(metricsPort)) + "/metrics",
+		done:       make(chan error, 1),
+	}
 	if o.Headless {
 		args = append(args, "--headless")
 	} else {

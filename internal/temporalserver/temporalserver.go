@@ -86,6 +86,9 @@ type Options struct {
 type Server struct {
 	Address   string // frontend gRPC, host:port
 	Namespace string
+	// MetricsURL serves the server's Prometheus metrics, as a cluster's
+	// servers do for their operators (the benchmarks read them).
+	MetricsURL string
 
 	binary string
 	dir    string
@@ -123,7 +126,7 @@ func New(ctx context.Context, o Options) (*Server, error) {
 	if err := setupSchema(ctx, o.SQLTool, visibility, "postgresql/v12/visibility"); err != nil {
 		return nil, err
 	}
-	ports, err := freeport.Ports("127.0.0.1", 9)
+	ports, err := freeport.Ports("127.0.0.1", 10)
 	if err != nil {
 		return nil, err
 	}
@@ -146,8 +149,9 @@ func New(ctx context.Context, o Options) (*Server, error) {
 		output = io.Discard
 	}
 	return &Server{
-		Address:   net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
-		Namespace: o.Namespace, binary: o.Server, dir: o.Dir, output: output,
+		Address:    net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+		MetricsURL: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[9])) + "/metrics",
+		Namespace:  o.Namespace, binary: o.Server, dir: o.Dir, output: output,
 	}, nil
 }
 
@@ -275,8 +279,8 @@ func setupSchema(ctx context.Context, tool string, db *url.URL, schema string) e
 
 // serverConfig is the shape of the server's config/development-postgres12.yaml
 // with these databases and ports: frontend, history, matching and worker gRPC,
-// then their membership ports, then the frontend's HTTP port. No metrics and no
-// pprof listeners; log level warn.
+// then their membership ports, then the frontend's HTTP port and the
+// Prometheus metrics port. No pprof listener; log level warn.
 func serverConfig(persistence, visibility *url.URL, p []int, maxConns int) map[string]any {
 	store := func(db *url.URL, conns int) map[string]any {
 		password, _ := db.User.Password()
@@ -310,6 +314,9 @@ func serverConfig(persistence, visibility *url.URL, p []int, maxConns int) map[s
 		},
 		"global": map[string]any{
 			"membership": map[string]any{"maxJoinDuration": "30s", "broadcastAddress": "127.0.0.1"},
+			"metrics": map[string]any{"prometheus": map[string]any{
+				"timerType": "histogram", "listenAddress": net.JoinHostPort("127.0.0.1", strconv.Itoa(p[9])),
+			}},
 		},
 		"services": map[string]any{
 			"frontend": frontend,

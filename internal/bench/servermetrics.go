@@ -1,0 +1,91 @@
+package main
+
+import (
+	"net/http"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// temporalTarget is the Temporal server a benchmark measures on.
+type temporalTarget struct {
+	Address    string // frontend gRPC, host:port
+	Pid        int    // its process, whose CPU time the benchmarks read
+	MetricsURL string // its Prometheus metrics
+}
+
+// serverCounters are a Temporal server's counters that say where its work
+// went, beside the CPU it used: requests to its persistence store, and the
+// workflow tasks matching handed out from its stored backlog. A task handed
+// straight to a waiting poller costs no storage; at saturation, when the
+// workers fall behind, matching stores the tasks in the persistence database
+// and reads them back, which costs more of both the server and the database.
+// An eager start hands the first workflow task out with the start, without
+// matching.
+type serverCounters struct {
+	persistence float64 // requests to the persistence store (visibility apart)
+	backlog     float64 // workflow tasks handed out from the stored backlog
+}
+
+// readServerCounters reads the counters from a server's metrics; a server
+// that does not answer gives zeros.
+func readServerCounters(url string) serverCounters {
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return serverCounters{}
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return serverCounters{}
+	}
+	// The operation names the request; for matching's latency of a task
+	// taken from the backlog, the poll that took it.
+	sum := func(family, operation string) float64 {
+		var total float64
+		for _, m := range families[family].GetMetric() {
+			if operation != "" && label(m, "operation") != operation {
+				continue
+			}
+			switch {
+			case m.GetHistogram() != nil:
+				total += float64(m.GetHistogram().GetSampleCount())
+			case m.GetSummary() != nil:
+				total += float64(m.GetSummary().GetSampleCount())
+			default:
+				total += m.GetCounter().GetValue()
+			}
+		}
+		return total
+	}
+	return serverCounters{
+		persistence: sum("persistence_requests", ""),
+		backlog:     sum("asyncmatch_latency", "PollWorkflowTaskQueue"),
+	}
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func (c serverCounters) sub(o serverCounters) serverCounters {
+	return serverCounters{persistence: c.persistence - o.persistence, backlog: c.backlog - o.backlog}
+}
+
+func (c serverCounters) add(o serverCounters) serverCounters {
+	return serverCounters{persistence: c.persistence + o.persistence, backlog: c.backlog + o.backlog}
+}
+
+// per divides the counts by a number of items.
+func (c serverCounters) per(n int) serverCounters {
+	return serverCounters{persistence: c.persistence / float64(n), backlog: c.backlog / float64(n)}
+}
