@@ -268,17 +268,26 @@ func measureEmail(ctx context.Context, out io.Writer, t temporalTarget, submissi
 		var quietFor time.Duration
 		rates := make([]float64, len(phases))
 		for i, p := range phases {
-			cpuBefore, serverBefore := cpu.sample(), readServerCounters(t.MetricsURL)
+			cpuBefore := cpu.sample()
+			serverBefore, err := readServerCounters(t.MetricsURL)
+			if err != nil {
+				return fig, err
+			}
 			rate, err := p.run()
 			if err != nil {
 				return fig, err
 			}
 			waitIdle(ctx, tc, p.running)
 			quietFor += cpu.waitQuiet(ctx)
+			cpuAfter := cpu.sample()
+			serverAfter, err := readServerCounters(t.MetricsURL)
+			if err != nil {
+				return fig, err
+			}
 			rates[i] = rate
 			p.fig.rate += rate / emailRounds
-			p.fig.cpu = p.fig.cpu.add(cpu.sample().sub(cpuBefore).per(measured))
-			p.fig.server = p.fig.server.add(readServerCounters(t.MetricsURL).sub(serverBefore).per(measured))
+			p.fig.cpu = p.fig.cpu.add(cpuAfter.sub(cpuBefore).per(measured))
+			p.fig.server = p.fig.server.add(serverAfter.sub(serverBefore).per(measured))
 		}
 		fmt.Fprintf(out, "  round %d: mailyard %6.1f /s   with eager start %6.1f /s   ceiling %6.1f /s   floor %6.1f /s   (waits for quiet servers %.1f s)\n",
 			round+1, rates[2], rates[3], rates[0], rates[1], quietFor.Seconds())

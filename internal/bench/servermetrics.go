@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
@@ -29,19 +30,22 @@ type serverCounters struct {
 	backlog     float64 // workflow tasks handed out from the stored backlog
 }
 
-// readServerCounters reads the counters from a server's metrics; a server
-// that does not answer gives zeros.
-func readServerCounters(url string) serverCounters {
+// readServerCounters reads the counters from a server's metrics. A server
+// that does not answer is an error, not zeros that would read as figures.
+func readServerCounters(url string) (serverCounters, error) {
 	client := http.Client{Timeout: 5 * time.Second}
 	resp, err := client.Get(url)
 	if err != nil {
-		return serverCounters{}
+		return serverCounters{}, fmt.Errorf("the Temporal server's metrics: %w", err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return serverCounters{}, fmt.Errorf("the Temporal server's metrics: GET %s: %s", url, resp.Status)
+	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return serverCounters{}
+		return serverCounters{}, fmt.Errorf("the Temporal server's metrics: %w", err)
 	}
 	// The operation names the request; for matching's latency of a task
 	// taken from the backlog, the poll that took it.
@@ -65,7 +69,7 @@ func readServerCounters(url string) serverCounters {
 	return serverCounters{
 		persistence: sum("persistence_requests", ""),
 		backlog:     sum("asyncmatch_latency", "PollWorkflowTaskQueue"),
-	}
+	}, nil
 }
 
 func label(m *dto.Metric, name string) string {
