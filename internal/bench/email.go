@@ -254,19 +254,21 @@ func measureEmail(ctx context.Context, out io.Writer, t temporalTarget, submissi
 	waitIdle(ctx, tc, anyRunning)
 	cpu.waitQuiet(ctx)
 	phases := []struct {
+		name    string
 		fig     *phaseFigures
 		running string // its runs, for waitIdle
 		run     func() (float64, error)
 	}{
-		{&fig.ceiling, ceilingRunning, func() (float64, error) { return runCeiling(ctx, tc, emailCeilingQueue, rcv, emailSaturation) }},
-		{&fig.floor, floorRunning, func() (float64, error) { return runFloor(ctx, tc, emailCeilingQueue, floor, emailSaturation) }},
-		{&fig.mailyard, emailsRunning, func() (float64, error) { return runEmails(ctx, poster, rcv, emailSaturation) }},
-		{&fig.eager, emailsRunning, func() (float64, error) { return runEmails(ctx, eagerPoster, rcv, emailSaturation) }},
+		{"ceiling", &fig.ceiling, ceilingRunning, func() (float64, error) { return runCeiling(ctx, tc, emailCeilingQueue, rcv, emailSaturation) }},
+		{"floor", &fig.floor, floorRunning, func() (float64, error) { return runFloor(ctx, tc, emailCeilingQueue, floor, emailSaturation) }},
+		{"mailyard", &fig.mailyard, emailsRunning, func() (float64, error) { return runEmails(ctx, poster, rcv, emailSaturation) }},
+		{"eager start", &fig.eager, emailsRunning, func() (float64, error) { return runEmails(ctx, eagerPoster, rcv, emailSaturation) }},
 	}
 	const measured = emailSaturation * emailRounds
 	for round := range emailRounds {
 		var quietFor time.Duration
 		rates := make([]float64, len(phases))
+		var lost []string // the phases whose hand-outs of tasks went wrong
 		for i, p := range phases {
 			cpuBefore := cpu.sample()
 			serverBefore, err := readServerCounters(t.MetricsURL)
@@ -285,12 +287,21 @@ func measureEmail(ctx context.Context, out io.Writer, t temporalTarget, submissi
 				return fig, err
 			}
 			rates[i] = rate
+			counted := serverAfter.sub(serverBefore)
+			if counted.failed > 0 || counted.timedOut > 0 {
+				lost = append(lost, fmt.Sprintf("%s %.0f failed, %.0f timed out", p.name, counted.failed, counted.timedOut))
+			}
 			p.fig.rate += rate / emailRounds
 			p.fig.cpu = p.fig.cpu.add(cpuAfter.sub(cpuBefore).per(measured))
-			p.fig.server = p.fig.server.add(serverAfter.sub(serverBefore).per(measured))
+			p.fig.server = p.fig.server.add(counted.per(measured))
 		}
 		fmt.Fprintf(out, "  round %d: mailyard %6.1f /s   with eager start %6.1f /s   ceiling %6.1f /s   floor %6.1f /s   (waits for quiet servers %.1f s)\n",
 			round+1, rates[2], rates[3], rates[0], rates[1], quietFor.Seconds())
+		// Such a phase's rate says how long the server took to recover
+		// from a failed hand-out (serverCounters), not what the path can do.
+		if len(lost) > 0 {
+			fmt.Fprintf(out, "    hand-outs of tasks to workers: %s\n", strings.Join(lost, "; "))
+		}
 	}
 
 	waitIdle(ctx, tc, emailsRunning)

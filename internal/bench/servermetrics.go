@@ -24,10 +24,17 @@ type temporalTarget struct {
 // workers fall behind, matching stores the tasks in the persistence database
 // and reads them back, which costs more of both the server and the database.
 // An eager start hands the first workflow task out with the start, without
-// matching.
+// matching. Matching hands a task to a waiting poller only once the history
+// service has recorded it started, within a second; when the persistence
+// store takes longer, the hand-out fails and the history service tries the
+// task again later, or, when the record landed after all, the task is lost
+// until its timeout (a workflow task's is 10 s), since the workers never
+// stop in a benchmark: either holds a whole phase back.
 type serverCounters struct {
 	persistence float64 // requests to the persistence store (visibility apart)
 	backlog     float64 // workflow tasks handed out from the stored backlog
+	failed      float64 // hand-outs of tasks to pollers that failed
+	timedOut    float64 // workflow and activity tasks timed out after their start
 }
 
 // readServerCounters reads the counters from a server's metrics. A server
@@ -69,6 +76,8 @@ func readServerCounters(url string) (serverCounters, error) {
 	return serverCounters{
 		persistence: sum("persistence_requests", ""),
 		backlog:     sum("asyncmatch_latency", "PollWorkflowTaskQueue"),
+		failed:      sum("service_errors", "AddWorkflowTask") + sum("service_errors", "AddActivityTask"),
+		timedOut:    sum("start_to_close_timeout", ""),
 	}, nil
 }
 
@@ -82,14 +91,14 @@ func label(m *dto.Metric, name string) string {
 }
 
 func (c serverCounters) sub(o serverCounters) serverCounters {
-	return serverCounters{persistence: c.persistence - o.persistence, backlog: c.backlog - o.backlog}
+	return serverCounters{persistence: c.persistence - o.persistence, backlog: c.backlog - o.backlog, failed: c.failed - o.failed, timedOut: c.timedOut - o.timedOut}
 }
 
 func (c serverCounters) add(o serverCounters) serverCounters {
-	return serverCounters{persistence: c.persistence + o.persistence, backlog: c.backlog + o.backlog}
+	return serverCounters{persistence: c.persistence + o.persistence, backlog: c.backlog + o.backlog, failed: c.failed + o.failed, timedOut: c.timedOut + o.timedOut}
 }
 
 // per divides the counts by a number of items.
 func (c serverCounters) per(n int) serverCounters {
-	return serverCounters{persistence: c.persistence / float64(n), backlog: c.backlog / float64(n)}
+	return serverCounters{persistence: c.persistence / float64(n), backlog: c.backlog / float64(n), failed: c.failed / float64(n), timedOut: c.timedOut / float64(n)}
 }
