@@ -24,12 +24,13 @@ type temporalTarget struct {
 // workers fall behind, matching stores the tasks in the persistence database
 // and reads them back, which costs more of both the server and the database.
 // An eager start hands the first workflow task out with the start, without
-// matching. Matching hands a task to a waiting poller only once the history
-// service has recorded it started, within a second; when the persistence
-// store takes longer, the hand-out fails and the history service tries the
-// task again later, or, when the record landed after all, the task is lost
-// until its timeout (a workflow task's is 10 s), since the workers never
-// stop in a benchmark: either holds a whole phase back.
+// matching. Matching hands a new task straight to a waiting poller only once
+// the history service has recorded it started, within a second (ten for a
+// task from the stored backlog); when the persistence store takes longer,
+// the hand-out fails and the history service tries the task again later,
+// or, when the record landed after all, the task is lost until its timeout
+// (a workflow task's is 10 s), since the workers never stop in a
+// benchmark: either holds a whole phase back.
 type serverCounters struct {
 	persistence float64 // requests to the persistence store (visibility apart)
 	backlog     float64 // workflow tasks handed out from the stored backlog
